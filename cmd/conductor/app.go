@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// deps carries what commands need from the outside world. Slow clients are
+// dialled on first use; tests build a fresh deps per run.
+type deps struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Log    *slog.Logger
+	Now    func() time.Time
+	Getenv func(string) string
+
+	storeOnce sync.Once
+	store     bus.Store
+	storeErr  error
+}
+
+// config reads the global flags into the shared configuration.
+func (d *deps) config(c *cli.Context) conductor.Config {
+	return conductor.Config{
+		DataRoot:    c.String("data-root"),
+		DatabaseURL: c.String("database-url"),
+		ConfigFile:  c.String("config"),
+	}.WithDefaults(d.Getenv)
+}
+
+// openStore opens the bus store (embedded, or PostgreSQL when a database URL
+// is set) once per process.
+func (d *deps) openStore(c *cli.Context) (bus.Store, error) {
+	d.storeOnce.Do(func() {
+		cfg := d.config(c)
+		d.store, d.storeErr = bus.Open(c.Context, bus.Options{
+			DataRoot:    cfg.DataRoot,
+			DatabaseURL: cfg.DatabaseURL,
+			Now:         d.Now,
+		})
+	})
+	return d.store, d.storeErr
+}
+
+func (d *deps) close() {
+	if d.store != nil {
+		d.store.Close()
+	}
+}
+
+// run is the whole program: it builds the app, runs it and maps the error to
+// an exit status.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	d := &deps{
+		Stdin:  stdin,
+		Stdout: stdout,
+		Stderr: stderr,
+		Now:    time.Now,
+		Getenv: os.Getenv,
+	}
+	level := slog.LevelInfo
+	if os.Getenv("CONDUCTOR_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	d.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	defer d.close()
+
+	app := newApp(d)
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	code := exitCode(ctx, err)
+	printError(stderr, err)
+	return code
+}
+
+func newApp(d *deps) *cli.App {
+	app := &cli.App{
+		Name:      "conductor",
+		Usage:     "run headless LLM coding workers and land what they write as reviewed, gated commits",
+		Version:   version,
+		Reader:    d.Stdin,
+		Writer:    d.Stdout,
+		ErrWriter: d.Stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-root", Usage: "folder for runs, worktrees and the embedded store", EnvVars: []string{"CONDUCTOR_HOME"}},
+			&cli.StringFlag{Name: "database-url", Usage: "PostgreSQL URL for the bus store (default: embedded store)", EnvVars: []string{"DATABASE_URL"}},
+			&cli.StringFlag{Name: "config", Usage: "configuration file (model registry, forge)", EnvVars: []string{"CONDUCTOR_CONFIG"}},
+		},
+		Commands: []*cli.Command{
+			newPatchIDCmd(d),
+			newExtractCmd(d),
+			newRunTaskCmd(d),
+			newRunsCmd(d),
+			newReviewCmd(d),
+			newDecisionCmd(d),
+			newLandCmd(d),
+			newAuditCmd(d),
+			newPolicyCmd(d),
+			newPRCmd(d),
+			newPushCmd(d),
+			newEnqueueCmd(d),
+			newWorkerCmd(d),
+			newNoteCmd(d),
+			newDoctorCmd(d),
+		},
+		ExitErrHandler:        func(*cli.Context, error) {},
+		EnableBashCompletion:  true,
+		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
+		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
+		CommandNotFound: func(c *cli.Context, name string) {
+			fmt.Fprintf(d.Stderr, "conductor: unknown command %q (see conductor --help)\n", name)
+		},
+	}
+	for _, cmd := range app.Commands {
+		decorate(d, cmd)
+	}
+	return app
+}
+
+// decorate gives every command the shared conventions: --version, the EXIT
+// STATUS help section and usage errors mapped to exit status 2.
+func decorate(d *deps, cmd *cli.Command) {
+	if len(cmd.Subcommands) > 0 {
+		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + exitStatusHelp
+	} else {
+		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + exitStatusHelp
+	}
+	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
+	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageErr(err) }
+	action := cmd.Action
+	cmd.Action = func(c *cli.Context) error {
+		if c.Bool("version") {
+			fmt.Fprintf(d.Stdout, "conductor version %s\n", version)
+			return nil
+		}
+		if action == nil {
+			return cli.ShowSubcommandHelp(c)
+		}
+		return action(c)
+	}
+	for _, sub := range cmd.Subcommands {
+		decorate(d, sub)
+	}
+}
+
+const exitStatusHelp = `
+EXIT STATUS:
+   0   ok
+   1   error (the operation failed; see the message)
+   2   usage (bad flags or arguments)
+   3   refused (a policy check or the gate said no; nothing changed)
+   130 interrupted
+`
+
+const (
+	exitOK          = 0
+	exitError       = 1
+	exitUsage       = 2
+	exitRefused     = 3
+	exitInterrupted = 130
+)
+
+// usageError marks flag and argument misuse (exit status 2).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usageErr(err error) error { return &usageError{err: err} }
+
+// usagef reports argument misuse from a command's Action.
+func usagef(format string, args ...any) error {
+	return &usageError{err: fmt.Errorf(format, args...)}
+}
+
+// exitCode is the one map from errors to exit statuses.
+func exitCode(ctx context.Context, err error) int {
+	var ue *usageError
+	var rf *policy.Refusal
+	switch {
+	case errors.As(err, &rf):
+		return exitRefused
+	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "Required flag"):
+		return exitUsage
+	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
+		return exitInterrupted
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return exitError
+}
+
+// silentError is an error whose message was already printed.
+type silentError struct{ code int }
+
+func (e *silentError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+func (e *silentError) ExitCode() int { return e.code }
+
+func printError(w io.Writer, err error) {
+	var se *silentError
+	if errors.As(err, &se) {
+		return
+	}
+	fmt.Fprintf(w, "conductor: %v\n", err)
+	var r *policy.Refusal
+	if errors.As(err, &r) {
+		if r.Detail != "" {
+			fmt.Fprintln(w, r.Detail)
+		}
+		if r.Fix != "" {
+			fmt.Fprintf(w, "fix: %s\n", r.Fix)
+		}
+	}
+}

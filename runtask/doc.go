@@ -1,0 +1,7 @@
+// Package runtask is the worker: task files, the session tool loop against an
+// OpenAI-compatible model, the tools it executes for the model, the sandbox
+// commands run in, and checkpoints.
+//
+// runtask never sees a forge credential and never passes an API key, token or
+// any variable outside the allowlist to a tool, a command or a prompt.
+package runtask
