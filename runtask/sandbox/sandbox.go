@@ -1,0 +1,47 @@
+// Package sandbox runs one worker command in isolation: no network, no
+// credentials, the worktree as the only writable path and the worktree's
+// .git hidden. Backends: bwrap (bubblewrap, the default on Linux when it
+// works), none (only when asked for explicitly; warns on every run) and
+// docker (when a Docker engine is reachable).
+//
+// sandbox never adds a variable to a command's environment that the caller
+// did not pass, and never runs a command through a shell.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrUnavailable is returned (wrapped) by New when the asked-for backend
+// cannot run on this machine. A run whose role demands it must not start.
+var ErrUnavailable = errors.New("sandbox unavailable")
+
+// Spec is one command to run.
+type Spec struct {
+	Dir         string        // the worktree: working directory and the only writable path
+	Argv        []string      // exact argv; never passed to a shell
+	Env         []string      // the complete environment (already allowlisted)
+	Timeout     time.Duration // 0: no timeout beyond ctx
+	OutputLimit int64         // cap on captured output bytes (head+tail kept); 0: default
+	Stdin       []byte
+}
+
+// Result is what a command did.
+type Result struct {
+	ExitCode  int           `json:"exitCode"` // -1 when killed
+	Output    []byte        `json:"-"`        // combined stdout+stderr, capped
+	Truncated bool          `json:"truncated"`
+	TimedOut  bool          `json:"timedOut"`
+	Duration  time.Duration `json:"duration"`
+}
+
+// Sandbox runs commands in isolation.
+type Sandbox interface {
+	// Name is the backend name: "bwrap", "none", "docker".
+	Name() string
+	// Run runs spec. A non-zero exit is a Result, not an error; errors are
+	// for commands that could not be started or a sandbox that failed.
+	Run(ctx context.Context, spec Spec) (Result, error)
+}
