@@ -1,0 +1,47 @@
+# conductor — build, test, bench, demo. `make help` lists the targets.
+GO      ?= go
+BIN     ?= bin/conductor
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+FUZZTIME ?= 10s
+
+.PHONY: build test test-short fuzz bench bench-short demo lint soak help
+
+build: ## build bin/conductor
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
+
+test: ## vet, run every test (real git, redis-server, PostgreSQL, bubblewrap), short fuzz and bench smoke runs
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+	$(MAKE) --no-print-directory bench-short
+
+test-short: ## unit tests only, skipping the slow ones
+	$(GO) test -short ./...
+
+fuzz: ## run every fuzz target for FUZZTIME (default 10s)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for fz in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "fuzz $$pkg $$fz"; \
+	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+bench: build ## benchmarks against the git CLI floor, printed as ratios (big generated repositories; minutes)
+	./scripts/bench.sh
+
+bench-short: ## the benchmarks in a short mode, to prove they still run
+	CONDUCTOR_BENCH_SHORT=1 ./scripts/bench.sh
+
+demo: build ## run a real task end to end offline: worktree, replayed model, tools, review, land
+	./scripts/demo.sh
+
+soak: ## long kill-and-resume trials (100 runs)
+	CONDUCTOR_SOAK=100 $(GO) test -count=1 -run Soak -timeout 60m ./...
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)
+	$(GO) vet ./...
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'

@@ -1,0 +1,173 @@
+// Package runrec owns the run record: one folder per run holding the task as
+// dispatched, result.json, stderr.txt, transcript.jsonl and patch.diff. Every
+// file is written atomically (temp file in the same folder, fsync, rename);
+// the transcript is append-only and fsynced per line. A crash never leaves
+// half a record.
+//
+// runrec never writes a credential: callers pass only what the worker saw.
+package runrec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// File names inside a run folder.
+const (
+	TaskFile       = "task.json"
+	ResultFile     = "result.json"
+	StderrFile     = "stderr.txt"
+	TranscriptFile = "transcript.jsonl"
+	PatchFile      = "patch.diff"
+)
+
+// Status values of a run.
+const (
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusTimeout   = "timeout"
+	StatusBudget    = "budget"
+	StatusStuck     = "stuck"
+	StatusCancelled = "cancelled"
+)
+
+// Result is result.json: the receipt of one run.
+type Result struct {
+	RunID            string    `json:"runId"`
+	TaskID           string    `json:"taskId"`
+	Session          string    `json:"session"`
+	Role             string    `json:"role"`
+	Workspace        string    `json:"workspace"`
+	Status           string    `json:"status"`
+	ModelAlias       string    `json:"modelAlias"`
+	Model            string    `json:"model"`
+	PromptTokens     *int64    `json:"promptTokens"` // null: the server did not report usage
+	CompletionTokens *int64    `json:"completionTokens"`
+	TotalTokens      *int64    `json:"totalTokens"`
+	Steps            int       `json:"steps"`
+	StartedAt        time.Time `json:"startedAt"`
+	FinishedAt       time.Time `json:"finishedAt,omitzero"`
+	Repo             string    `json:"repo"` // git dir of the workspace repository
+	BaseCommit       string    `json:"baseCommit"`
+	Worktree         string    `json:"worktree,omitempty"`
+	Branch           string    `json:"branch,omitempty"`
+	PatchID          string    `json:"patchId"`
+	FilesChanged     []string  `json:"filesChanged"`
+	Error            string    `json:"error,omitempty"`
+}
+
+// Dir is one run's folder.
+type Dir string
+
+// Path returns the path of a file in the run folder.
+func (d Dir) Path(name string) string { return filepath.Join(string(d), name) }
+
+// ReadResult reads result.json.
+func (d Dir) ReadResult() (Result, error) {
+	var r Result
+	b, err := os.ReadFile(d.Path(ResultFile))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return r, fmt.Errorf("run record %s: no %s: %w", d, ResultFile, err)
+		}
+		return r, fmt.Errorf("run record %s: %w", d, err)
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return r, fmt.Errorf("run record %s: %s: %w", d, ResultFile, err)
+	}
+	return r, nil
+}
+
+// WriteResult writes result.json atomically.
+func (d Dir) WriteResult(r Result) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return WriteFileAtomic(d.Path(ResultFile), append(b, '\n'), 0o644)
+}
+
+// WriteFileAtomic writes data to a temp file beside path, fsyncs it, renames
+// it over path and fsyncs the folder.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Log is an append-only JSON-lines file, fsynced per line.
+type Log struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// OpenLog opens (creating or appending to) a JSON-lines log.
+func OpenLog(path string) (*Log, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Log{f: f}, nil
+}
+
+// Append writes v as one JSON line and fsyncs it.
+func (l *Log) Append(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+// Close closes the log.
+func (l *Log) Close() error { return l.f.Close() }
