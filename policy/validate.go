@@ -1,0 +1,303 @@
+package policy
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var (
+	roleNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	envNameRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	gateNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+)
+
+// secretish reports whether an environment variable name looks like it holds
+// a credential or could make a worker's command run host code; a contract
+// may never pass such a name to a worker.
+func secretish(name string) bool {
+	u := strings.ToUpper(name)
+	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "PRIVATE_KEY", "AUTH"} {
+		if strings.Contains(u, s) {
+			return true
+		}
+	}
+	if strings.HasSuffix(u, "_KEY") || strings.HasPrefix(u, "LD_") || strings.HasPrefix(u, "DYLD_") || strings.HasPrefix(u, "GIT_") {
+		return true
+	}
+	switch u {
+	case "DATABASE_URL", "REDIS_URL", "SSH_AUTH_SOCK", "GH_HOST", "NETRC", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT":
+		return true
+	}
+	return false
+}
+
+type checker struct {
+	l   *loader
+	src sources
+}
+
+func (c checker) bad(field, format string, args ...any) {
+	c.l.add(Problem{File: c.src.fileFor(field), Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func idx(field string, i int) string { return field + "[" + strconv.Itoa(i) + "]" }
+
+func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
+	c := checker{l: l, src: src}
+	if r.ContractVersion != 1 {
+		c.bad("contractVersion", "want 1, got %d", r.ContractVersion)
+	}
+	switch {
+	case r.Role == "":
+		c.bad("role", "required: the role's name (%q, as the file name says)", fileRole)
+	case r.Role != fileRole:
+		c.bad("role", "%q does not match the file name %s.json", r.Role, fileRole)
+	case !roleNameRE.MatchString(r.Role):
+		c.bad("role", "%q: want lowercase letters, digits and dashes", r.Role)
+	}
+	switch r.Harness {
+	case HarnessCode, HarnessDoc, HarnessReview:
+	case "":
+		c.bad("harness", "required: one of code, doc, review")
+	default:
+		c.bad("harness", "unknown harness %q (want code, doc or review)", r.Harness)
+	}
+	if strings.TrimSpace(r.SystemPrompt) == "" {
+		c.bad("systemPrompt", "required: the role's system prompt")
+	}
+	if len(r.Tools) == 0 {
+		c.bad("tools", "required: at least one tool (%s)", strings.Join(toolNames, ", "))
+	}
+	seen := map[string]bool{}
+	for i, t := range r.Tools {
+		f := idx("tools", i)
+		canon, ok := CanonicalTool(t)
+		switch {
+		case !ok:
+			c.bad(f, "unknown tool %q (known: %s)", t, strings.Join(toolNames, ", "))
+		case canon != t:
+			c.bad(f, "use the canonical tool name %q, not %q", canon, t)
+		case seen[t]:
+			c.bad(f, "tool %q listed twice", t)
+		}
+		seen[t] = true
+	}
+	runs := slices.Contains(r.Tools, ToolRunCommand)
+	writes := slices.Contains(r.Tools, ToolWriteFile) || slices.Contains(r.Tools, ToolEditFile)
+	if r.Harness == HarnessDoc && runs {
+		c.bad("tools", "a doc harness never runs commands: remove run_command or use harness code")
+	}
+	if r.Harness == HarnessReview && writes {
+		c.bad("tools", "a review harness is read-only: remove write_file/edit_file")
+	}
+	switch {
+	case len(r.Commands) > 0 && !runs:
+		c.bad("commands", "contradictory: commands are allowlisted but tools does not include run_command")
+	case runs && len(r.Commands) == 0:
+		c.bad("commands", "tools includes run_command but no command is allowlisted: add argv prefixes such as [\"go\",\"test\"]")
+	}
+	seenCmd := map[string]int{}
+	for i, argv := range r.Commands {
+		f := idx("commands", i)
+		if len(argv) == 0 {
+			c.bad(f, "empty argv: an allowlist entry is an argv prefix such as [\"go\",\"test\"]")
+			continue
+		}
+		for j, a := range argv {
+			if strings.TrimSpace(a) == "" {
+				c.bad(idx(f, j), "empty argument")
+			} else if strings.ContainsRune(a, 0) {
+				c.bad(idx(f, j), "argument contains a NUL byte")
+			}
+		}
+		if isShell(argv[0]) {
+			c.bad(idx(f, 0), "%q runs arbitrary commands: allowlist the real commands instead", argv[0])
+		}
+		if strings.Contains(argv[0], " ") && len(argv) == 1 {
+			c.bad(idx(f, 0), "%q looks like a shell string: split it into argv entries", argv[0])
+		}
+		key := strings.Join(argv, "\x00")
+		if j, ok := seenCmd[key]; ok {
+			c.bad(f, "duplicate of commands[%d]", j)
+		}
+		seenCmd[key] = i
+	}
+	if len(r.DeniedArgs) > 0 && !runs {
+		c.bad("deniedArgs", "contradictory: deniedArgs without run_command in tools")
+	}
+	for i, a := range r.DeniedArgs {
+		if strings.TrimSpace(a) == "" {
+			c.bad(idx("deniedArgs", i), "empty argument")
+		}
+	}
+	switch {
+	case r.Write != nil && len(r.Write.Allow) > 0 && !writes:
+		c.bad("write.allow", "contradictory: write rules on a role whose tools include neither write_file nor edit_file")
+	case writes && (r.Write == nil || len(r.Write.Allow) == 0):
+		c.bad("write.allow", "the role has write tools but may write nothing: list the path patterns it may write")
+	}
+	if r.Write != nil {
+		for i, g := range r.Write.Allow {
+			if err := checkGlob(g); err != nil {
+				c.bad(idx("write.allow", i), "%q: %v", g, err)
+			}
+		}
+		for j, d := range r.Write.Deny {
+			if err := checkGlob(d); err != nil {
+				c.bad(idx("write.deny", j), "%q: %v", d, err)
+			}
+		}
+		for i, g := range r.Write.Allow {
+			for j, d := range r.Write.Deny {
+				if patternCovers(d, g, true) {
+					c.bad(idx("write.allow", i), "contradictory: %q is allowed and denied (write.deny[%d] %q covers it)", g, j, d)
+				}
+			}
+		}
+	}
+	seenEnv := map[string]bool{}
+	for i, e := range r.Env {
+		f := idx("env", i)
+		switch {
+		case !envNameRE.MatchString(e):
+			c.bad(f, "%q is not an environment variable name", e)
+		case secretish(e):
+			c.bad(f, "%q may hold a credential or run host code: a worker never receives it", e)
+		case seenEnv[e]:
+			c.bad(f, "%q listed twice", e)
+		}
+		seenEnv[e] = true
+	}
+	switch r.Sandbox {
+	case "", SandboxBwrap, SandboxNone, SandboxAuto:
+	default:
+		c.bad("sandbox", "unknown sandbox %q (want bwrap, none or auto)", r.Sandbox)
+	}
+	if r.Limits.MaxSteps < 0 {
+		c.bad("limits.maxSteps", "must not be negative")
+	}
+	if r.Limits.TokenBudget < 0 {
+		c.bad("limits.tokenBudget", "must not be negative")
+	}
+	if r.Limits.CommandTimeoutSeconds < 0 {
+		c.bad("limits.commandTimeoutSeconds", "must not be negative")
+	}
+	if r.Limits.OutputLimitBytes < 0 {
+		c.bad("limits.outputLimitBytes", "must not be negative")
+	}
+}
+
+func (l *loader) validatePolicy(p *PolicyContract, src sources) {
+	c := checker{l: l, src: src}
+	lr := &p.Landing
+	if p.PolicyVersion != 1 {
+		c.bad("policyVersion", "want 1, got %d", p.PolicyVersion)
+	}
+	if len(lr.Targets) == 0 {
+		c.bad("landing.targets", "required: the branches a landing may move, e.g. [\"main\"]")
+	}
+	for i, t := range lr.Targets {
+		f := idx("landing.targets", i)
+		if strings.HasPrefix(t, "refs/") {
+			c.bad(f, "%q: give the branch name without refs/heads/", t)
+		} else if err := checkGlob(t); err != nil {
+			c.bad(f, "%q: %v", t, err)
+		}
+	}
+	for i, g := range lr.ForbiddenPaths {
+		f := idx("landing.forbiddenPaths", i)
+		if err := checkGlob(g); err != nil {
+			c.bad(f, "%q: %v", g, err)
+			continue
+		}
+		if g == "**" || g == "**/*" {
+			c.bad(f, "%q forbids every path: nothing could ever land", g)
+		}
+	}
+	switch lr.RequiredOption {
+	case "":
+		c.bad("landing.requiredOption", "required: the decision option a landing needs (\"merge\")")
+	case "reject":
+		c.bad("landing.requiredOption", "contradictory: a rejected decision can never be what a landing needs")
+	}
+	if lr.RequiredVerdict != "approve" {
+		c.bad("landing.requiredVerdict", "want \"approve\" (the only verdict a landing can rest on), got %q", lr.RequiredVerdict)
+	}
+	names := map[string]int{}
+	for i, g := range lr.Gate {
+		f := idx("landing.gate", i)
+		switch {
+		case g.Name == "":
+			c.bad(f+".name", "required: a short name for the report")
+		case !gateNameRE.MatchString(g.Name):
+			c.bad(f+".name", "%q: want letters, digits, dots, dashes, underscores", g.Name)
+		}
+		if j, ok := names[g.Name]; ok && g.Name != "" {
+			c.bad(f+".name", "%q is also the name of landing.gate[%d]", g.Name, j)
+		}
+		names[g.Name] = i
+		checkArgv(c, f+".argv", g.Argv)
+		if g.TimeoutSeconds <= 0 {
+			c.bad(f+".timeoutSeconds", "required and positive: a gate without a timeout can hang a landing forever")
+		}
+	}
+	sl := p.Review.SizeLimits
+	if sl.MaxFiles < 0 {
+		c.bad("review.sizeLimits.maxFiles", "must not be negative")
+	}
+	if sl.MaxChangedLines < 0 {
+		c.bad("review.sizeLimits.maxChangedLines", "must not be negative")
+	}
+	if sl.MaxFileBytes < 0 {
+		c.bad("review.sizeLimits.maxFileBytes", "must not be negative")
+	}
+	for i, s := range p.Review.SyntaxChecks {
+		f := idx("review.syntaxChecks", i)
+		if err := checkGlob(s.Glob); err != nil {
+			c.bad(f+".glob", "%q: %v", s.Glob, err)
+		}
+		checkArgv(c, f+".argv", s.Argv)
+		if s.TimeoutSeconds < 0 {
+			c.bad(f+".timeoutSeconds", "must not be negative")
+		}
+	}
+}
+
+func checkArgv(c checker, field string, argv []string) {
+	if len(argv) == 0 {
+		c.bad(field, "required: a non-empty argv array")
+		return
+	}
+	for j, a := range argv {
+		if strings.TrimSpace(a) == "" {
+			c.bad(idx(field, j), "empty argument")
+		} else if strings.ContainsRune(a, 0) {
+			c.bad(idx(field, j), "argument contains a NUL byte")
+		}
+	}
+}
+
+// crossCheck rejects rules that contradict across files: a role allowed to
+// write a path that no landing may ever carry.
+func (l *loader) crossCheck(p *Policy) {
+	if p.landing == nil {
+		return
+	}
+	for _, name := range p.RoleNames() {
+		r := p.roles[name]
+		if r.c.Write == nil {
+			continue
+		}
+		for i, g := range r.c.Write.Allow {
+			for _, f := range p.landing.r.ForbiddenPaths {
+				if patternCovers(f, g, p.landing.r.CaseInsensitivePaths) {
+					l.add(Problem{File: r.source, Field: idx("write.allow", i),
+						Message: fmt.Sprintf("contradictory: %q is allowed but %s forbids landing %q", g, p.landing.source, f)})
+				}
+			}
+		}
+	}
+}
