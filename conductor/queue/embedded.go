@@ -79,6 +79,12 @@ func (e *Embedded) Retry(ctx context.Context, d *Delivery, cause error) (bool, e
 	return false, e.Store.FinishJob(ctx, d.jobID, true, msg)
 }
 
+// Release returns an interrupted job to the queue. The store counts it as
+// an attempt; MaxAttempts leaves room for that.
+func (e *Embedded) Release(ctx context.Context, d *Delivery) error {
+	return e.Store.FinishJob(ctx, d.jobID, true, "interrupted")
+}
+
 // Close does nothing: the store belongs to the caller.
 func (e *Embedded) Close() error { return nil }
 

@@ -46,6 +46,9 @@ type Queue interface {
 	// Retry returns a failed job to the queue, or moves it to the
 	// dead-letter list once it has failed MaxAttempts times (dead=true).
 	Retry(ctx context.Context, d *Delivery, cause error) (dead bool, err error)
+	// Release returns a job that was interrupted (not failed) to the head of
+	// the queue without counting the attempt.
+	Release(ctx context.Context, d *Delivery) error
 	// Name describes the backend for banners: "redis <key>" or "embedded <key>".
 	Name() string
 	Close() error

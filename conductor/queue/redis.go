@@ -209,6 +209,18 @@ func (r *Redis) Retry(ctx context.Context, d *Delivery, cause error) (bool, erro
 	return false, nil
 }
 
+// Release returns an interrupted job to the head of the queue.
+func (r *Redis) Release(ctx context.Context, d *Delivery) error {
+	pipe := r.c.TxPipeline()
+	pipe.LRem(ctx, r.processing(), 1, d.Payload)
+	pipe.LPush(ctx, r.o.Key, d.Payload)
+	pipe.HIncrBy(ctx, r.key("attempts"), d.ID, -1)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("redis: release %s: %w", d.ID, err)
+	}
+	return nil
+}
+
 // DeadLetter is an entry of the dead-letter list.
 type DeadLetter struct {
 	ID       string          `json:"id"`
