@@ -262,4 +262,3 @@ func (t Turn) validate(path string) error {
 	}
 	return nil
 }
-
