@@ -1,0 +1,125 @@
+package forge
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/conductor-dev/conductor/patch"
+)
+
+// Pusher pushes branches from a local repository to one remote with the git
+// CLI. The token, when the remote is the forge's own HTTP(S) URL, reaches
+// only the one git process, through GIT_CONFIG_COUNT/KEY/VALUE environment
+// entries scoped to that URL: never argv, never a config file. Remotes on
+// other hosts (or the file protocol) get no credential at all.
+type Pusher struct {
+	Git      patch.Git
+	Remote   string // remote name in the local repository (default origin)
+	ForgeURL string // the forge's base URL; the credential is scoped to it
+	Token    string
+}
+
+// basicCredential is the HTTP Basic credential Gitea accepts for git over
+// HTTP with an access token as the password.
+func basicCredential(token string) string {
+	return base64.StdEncoding.EncodeToString([]byte("conductor:" + token))
+}
+
+// RemoteURL returns the push URL of the remote.
+func (p Pusher) RemoteURL(ctx context.Context) (string, error) {
+	remote := p.remote()
+	u, err := p.Git.Line(ctx, "remote", "get-url", "--push", remote)
+	if err != nil {
+		return "", fmt.Errorf("remote %q: not configured in %s", remote, p.Git.GitDir)
+	}
+	return u, nil
+}
+
+func (p Pusher) remote() string {
+	if p.Remote == "" {
+		return "origin"
+	}
+	return p.Remote
+}
+
+// credentialEnv returns the environment entries that give git the token for
+// pushURL, or nil when pushURL is not on the forge.
+func (p Pusher) credentialEnv(pushURL string) []string {
+	if p.Token == "" || p.ForgeURL == "" {
+		return nil
+	}
+	pu, err := url.Parse(pushURL)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") {
+		return nil
+	}
+	fu, err := url.Parse(p.ForgeURL)
+	if err != nil || !strings.EqualFold(fu.Scheme, pu.Scheme) || !strings.EqualFold(fu.Host, pu.Host) {
+		return nil
+	}
+	scope := pu.Scheme + "://" + pu.Host + "/"
+	return []string{
+		"GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=http." + scope + ".extraHeader",
+		"GIT_CONFIG_VALUE_0=Authorization: Basic " + basicCredential(p.Token),
+		"GIT_CONFIG_KEY_1=http.followRedirects",
+		"GIT_CONFIG_VALUE_1=false",
+	}
+}
+
+// Push pushes refs/heads/branch to the same name on the remote.
+func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (PushResult, error) {
+	res := PushResult{Branch: branch, Remote: p.remote()}
+	if err := checkBranchName(ctx, p.Git, branch); err != nil {
+		return res, err
+	}
+	commit, err := p.Git.Line(ctx, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
+	if err != nil || commit == "" {
+		return res, fmt.Errorf("push %s: branch %q does not exist in %s: %w", branch, branch, p.Git.GitDir, ErrNotFound)
+	}
+	res.Commit = commit
+	pushURL, err := p.RemoteURL(ctx)
+	if err != nil {
+		return res, fmt.Errorf("push %s: %w", branch, err)
+	}
+	spec := "refs/heads/" + branch + ":refs/heads/" + branch
+	if opts.Force {
+		spec = "+" + spec
+	}
+	g := p.Git.WithEnv(p.credentialEnv(pushURL)...)
+	red := newRedactor(p.Token)
+	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", p.remote(), spec)
+	if err != nil {
+		var ge *patch.GitError
+		msg := err.Error()
+		if errors.As(err, &ge) {
+			msg = strings.TrimSpace(string(ge.Stderr) + "\n" + string(ge.Stdout))
+		}
+		msg = red.String(msg)
+		if strings.Contains(msg, "401") || strings.Contains(msg, "Authentication failed") || strings.Contains(msg, "could not read Username") {
+			return res, fmt.Errorf("push %s to %s: %w: %s", branch, redactURL(pushURL), ErrUnauthorized, msg)
+		}
+		return res, fmt.Errorf("push %s to %s: %s", branch, redactURL(pushURL), msg)
+	}
+	// Porcelain: a line "=\t<from>:<to>\t[up to date]" when nothing moved.
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "=\t") {
+			res.UpToDate = true
+		}
+	}
+	return res, nil
+}
+
+// checkBranchName rejects names git would not accept as a branch.
+func checkBranchName(ctx context.Context, g patch.Git, branch string) error {
+	if branch == "" || strings.HasPrefix(branch, "-") || strings.HasPrefix(branch, "refs/") {
+		return fmt.Errorf("branch %q: not a branch name", branch)
+	}
+	if _, err := g.Run(ctx, "check-ref-format", "refs/heads/"+branch); err != nil {
+		return fmt.Errorf("branch %q: not a valid branch name", branch)
+	}
+	return nil
+}
