@@ -96,6 +96,7 @@ type Limits struct {
 type Role struct {
 	c      RoleContract
 	source string
+	src    sources
 	// landing is the policy's landing rules: a role never writes a path
 	// that could not land.
 	landing *Landing

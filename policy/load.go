@@ -149,7 +149,7 @@ func LoadFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
 		var c RoleContract
 		if src, ok := l.merge(parts, &c); ok {
 			l.validateRole(&c, strings.TrimSuffix(name, ".json"), src)
-			p.roles[c.Role] = &Role{c: c, source: src.label()}
+			p.roles[c.Role] = &Role{c: c, source: src.label(), src: src}
 		}
 	}
 	if p.landing == nil && !l.sawPolicyProblem {
@@ -319,7 +319,8 @@ func strictDecode(file string, data []byte, target any) (map[string]any, []Probl
 func syntaxMessage(data []byte, err error) string {
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		line, col := lineCol(data, se.Offset)
+		// Offset counts the bytes read, the offending one included.
+		line, col := lineCol(data, max(se.Offset-1, 0))
 		return fmt.Sprintf("line %d, column %d: invalid JSON: %v", line, col, se)
 	}
 	if errors.Is(err, io.EOF) {

@@ -294,7 +294,7 @@ func (l *loader) crossCheck(p *Policy) {
 		for i, g := range r.c.Write.Allow {
 			for _, f := range p.landing.r.ForbiddenPaths {
 				if patternCovers(f, g, p.landing.r.CaseInsensitivePaths) {
-					l.add(Problem{File: r.source, Field: idx("write.allow", i),
+					l.add(Problem{File: r.src.fileFor(idx("write.allow", i)), Field: idx("write.allow", i),
 						Message: fmt.Sprintf("contradictory: %q is allowed but %s forbids landing %q", g, p.landing.source, f)})
 				}
 			}
