@@ -1,0 +1,54 @@
+package bus
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// Refusal codes the store returns. Each refusal changes nothing; the CLI
+// exits 3 and prints the fix. docs/store.md lists them.
+const (
+	CodeDecisionResolved = "decision-already-resolved"
+	CodeOptionNotOffered = "decision-option-not-offered"
+	CodeDecisionLanded   = "decision-already-landed"
+	CodeSchemaTooNew     = "store-schema-too-new"
+)
+
+// refusalError is a refusal that also matches a store sentinel
+// (errors.Is(err, ErrConflict) and errors.As(err, **policy.Refusal) both
+// hold), so store callers branch on the sentinel and the CLI maps it to the
+// refused exit status.
+type refusalError struct {
+	sentinel error
+	refusal  *policy.Refusal
+}
+
+func (e *refusalError) Error() string   { return e.refusal.Error() }
+func (e *refusalError) Unwrap() []error { return []error{e.sentinel, e.refusal} }
+
+func conflict(code, fix, format string, args ...any) error {
+	return &refusalError{sentinel: ErrConflict, refusal: policy.Refusef(code, fix, format, args...)}
+}
+
+// notFound reports a missing record.
+func notFound(format string, args ...any) error {
+	return fmt.Errorf(format+": %w", append(args, ErrNotFound)...)
+}
+
+// describedError is a backend error already explained for people (it names
+// the database); callers return it without adding context again.
+type describedError struct{ err error }
+
+func (e *describedError) Error() string { return e.err.Error() }
+func (e *describedError) Unwrap() error { return e.err }
+
+func describedf(format string, args ...any) error {
+	return &describedError{err: fmt.Errorf(format, args...)}
+}
+
+func isDescribed(err error) bool {
+	var de *describedError
+	return errors.As(err, &de)
+}

@@ -1,0 +1,165 @@
+package bus
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	sqlite "modernc.org/sqlite"
+)
+
+// FileName is the embedded store's file under the data root.
+const FileName = "bus.db"
+
+// busyTimeout is how long one SQLite statement waits for another
+// connection's lock before the store's own retry loop takes over.
+const busyTimeout = 5 * time.Second
+
+// sqliteBackend is the embedded store: one SQLite file in WAL mode. Writers
+// take the write lock up front (BEGIN IMMEDIATE), so a transaction never
+// fails half-way on a lock upgrade; writers of this process queue on a mutex
+// first, writers of other processes wait in SQLite's busy handler and the
+// store's retry loop.
+type sqliteBackend struct {
+	path string
+	sdb  *sql.DB
+	mu   sync.Mutex
+}
+
+func openSQLite(dataRoot string) (*sqliteBackend, error) {
+	if dataRoot == "" {
+		return nil, errors.New("bus store: no data root for the embedded store (set --data-root or CONDUCTOR_HOME)")
+	}
+	root, err := filepath.Abs(dataRoot)
+	if err != nil {
+		return nil, fmt.Errorf("bus store: data root %s: %w", dataRoot, err)
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("bus store: create data root: %w", err)
+	}
+	path := filepath.Join(root, FileName)
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("bus store %s: not a regular file", path)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_txlock", "immediate")
+	q.Set("_foreign_keys", "1")
+	dsn := (&url.URL{Scheme: "file", Path: path, RawQuery: q.Encode()}).String()
+	sdb, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bus store %s: %w", path, err)
+	}
+	sdb.SetMaxOpenConns(8)
+	sdb.SetMaxIdleConns(4)
+	sdb.SetConnMaxIdleTime(time.Minute)
+	return &sqliteBackend{path: path, sdb: sdb}, nil
+}
+
+func (b *sqliteBackend) name() string  { return "embedded" }
+func (b *sqliteBackend) where() string { return b.path }
+func (b *sqliteBackend) close() error  { return b.sdb.Close() }
+func (b *sqliteBackend) db() querier   { return sqlQuerier{b.sdb} }
+
+func (b *sqliteBackend) tx(ctx context.Context, fn func(q querier) error) (err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	tx, err := b.sdb.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if err := fn(sqlQuerier{tx}); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// sqliteCode returns the primary result code of a SQLite error, or 0.
+func sqliteCode(err error) int {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		return se.Code() & 0xff
+	}
+	return 0
+}
+
+const (
+	sqliteBusy      = 5
+	sqliteLocked    = 6
+	sqliteCorrupt   = 11
+	sqliteCantOpen  = 14
+	sqliteNotADB    = 26
+	sqliteReadOnly  = 8
+	sqliteFull      = 13
+	sqliteIOErr     = 10
+	sqliteProtocol  = 15
+	sqliteBusyMatch = "database is locked"
+)
+
+func (b *sqliteBackend) retryable(err error) bool {
+	switch sqliteCode(err) {
+	case sqliteBusy, sqliteLocked, sqliteProtocol:
+		return true
+	}
+	return err != nil && strings.Contains(err.Error(), sqliteBusyMatch)
+}
+
+func (b *sqliteBackend) describe(err error) error {
+	switch sqliteCode(err) {
+	case sqliteCorrupt, sqliteNotADB:
+		return describedf("bus store %s is not a SQLite database or is corrupt (%w); move it aside to start an empty store, or restore it from a backup", b.path, err)
+	case sqliteCantOpen:
+		return describedf("bus store %s cannot be opened (%w); check the folder exists and is writable", b.path, err)
+	case sqliteReadOnly:
+		return describedf("bus store %s is read-only (%w)", b.path, err)
+	case sqliteFull:
+		return describedf("bus store %s: disk full (%w)", b.path, err)
+	case sqliteIOErr:
+		return describedf("bus store %s: I/O error (%w)", b.path, err)
+	case sqliteBusy, sqliteLocked:
+		return describedf("bus store %s stayed locked by another writer for over %s (%w)", b.path, retryBudget, err)
+	}
+	return err
+}
+
+// sqlQuerier runs statements on a *sql.DB or *sql.Tx.
+type sqlQuerier struct {
+	q interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	}
+}
+
+func (s sqlQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (s sqlQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
+	r, err := s.q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{r}, nil
+}
+
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { r.Rows.Close() }
