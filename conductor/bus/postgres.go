@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,11 @@ func redact(msg, rawURL, password string) string {
 // user info or a password= parameter) is replaced by "xxxxx".
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
+	if err != nil && strings.Contains(raw, "://") {
+		// Unparsable as a URL: blank what looks like a password anyway.
+		raw = userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
+		return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
+	}
 	if err != nil || u.Scheme == "" {
 		// A key=value connection string.
 		fields := strings.Fields(raw)
@@ -162,6 +168,11 @@ func RedactURL(raw string) string {
 	}
 	return u.String()
 }
+
+var (
+	userinfoPassword = regexp.MustCompile(`(://[^:/@?#]*:)[^/?#]*@`)
+	passwordParam    = regexp.MustCompile(`([?&]password=)[^&#]*`)
+)
 
 // pgQuerier runs "?"-placeholder SQL on a pool or a transaction.
 type pgQuerier struct {
