@@ -124,10 +124,10 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	tip, err := local.Line(ctx, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
 	if err != nil || tip == "" {
 		if rec != nil {
-			return res, fmt.Errorf("pr open: run %s has no work branch: %s does not exist in %s (review and approve the run first: conductor review %s): %w",
-				rec.RunID, branch, local.GitDir, rec.RunID, ErrNotFound)
+			return res, fmt.Errorf("pr open: run %s has no work branch: %s does not exist in %s (review and approve the run first: conductor review %s)",
+				rec.RunID, branch, local.GitDir, rec.RunID)
 		}
-		return res, fmt.Errorf("pr open: branch %q does not exist in %s: %w", branch, local.GitDir, ErrNotFound)
+		return res, fmt.Errorf("pr open: branch %q does not exist in %s", branch, local.GitDir)
 	}
 
 	s := o.Settings.WithDefaults(getenv)
@@ -167,7 +167,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		return res, fmt.Errorf("pr open: %w", err)
 	}
 	if !ok {
-		return res, fmt.Errorf("pr open: base branch %q does not exist on the forge repository %s (nothing pushed): %w", base, res.Repo, ErrNotFound)
+		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
 	}
 
 	push, err := f.Push(ctx, branch, PushOptions{Force: o.Force})

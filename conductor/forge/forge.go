@@ -66,6 +66,16 @@ type PR struct {
 // issue, branch or repository.
 var ErrNotFound = errors.New("not found on the forge")
 
+// notFound is an error that matches ErrNotFound without repeating its text.
+type notFound struct{ msg string }
+
+func (e *notFound) Error() string        { return e.msg }
+func (e *notFound) Is(target error) bool { return target == ErrNotFound }
+
+func notFoundf(format string, args ...any) error {
+	return &notFound{msg: fmt.Sprintf(format, args...)}
+}
+
 // ErrUnauthorized is returned (wrapped) when the forge rejects the token.
 var ErrUnauthorized = errors.New("unauthorized")
 

@@ -240,7 +240,6 @@ func TestOpenDraftPRErrors(t *testing.T) {
 			name:     "branch missing",
 			edit:     func(f *fixture, o *forge.DraftOptions) { o.Branch = "work/nope" },
 			want:     []string{`branch "work/nope" does not exist`},
-			is:       forge.ErrNotFound,
 			maxCalls: 0,
 		},
 		{

@@ -145,7 +145,7 @@ func (g *Gitea) Repository(ctx context.Context) (Repository, error) {
 	r, resp, err := g.client.GetRepo(g.owner, g.repo)
 	if err != nil {
 		if resp != nil && resp.StatusCode == 404 {
-			return Repository{}, fmt.Errorf("repository %s does not exist on %s (or the token cannot see it): %w", g.FullName(), g.url, ErrNotFound)
+			return Repository{}, notFoundf("repository %s does not exist on %s (or the token cannot see it)", g.FullName(), g.url)
 		}
 		return Repository{}, g.apiErr("get repository "+g.FullName(), resp, err)
 	}
@@ -205,7 +205,7 @@ func (g *Gitea) FindPR(ctx context.Context, head, base string) (PR, error) {
 			break
 		}
 	}
-	return PR{}, fmt.Errorf("pull request %s → %s in %s: %w", head, base, g.FullName(), ErrNotFound)
+	return PR{}, notFoundf("no open pull request %s → %s in %s", head, base, g.FullName())
 }
 
 // OpenPR implements Forge. Gitea answers 409 "pull request already exists
@@ -224,7 +224,7 @@ func (g *Gitea) OpenPR(ctx context.Context, o PROpts) (PR, error) {
 			return pr, nil
 		}
 		if resp != nil && resp.StatusCode == 404 {
-			return PR{}, fmt.Errorf("create pull request %s → %s in %s: head or base branch not found on the forge: %w", o.Head, o.Base, g.FullName(), ErrNotFound)
+			return PR{}, notFoundf("create pull request %s → %s in %s: head or base branch not found on the forge", o.Head, o.Base, g.FullName())
 		}
 		return PR{}, g.apiErr(fmt.Sprintf("create pull request %s → %s in %s", o.Head, o.Base, g.FullName()), resp, err)
 	}
@@ -239,7 +239,7 @@ func (g *Gitea) CommentIssue(ctx context.Context, issue int64, body string) erro
 	_, resp, err := g.client.CreateIssueComment(g.owner, g.repo, issue, gitea.CreateIssueCommentOption{Body: body})
 	if err != nil {
 		if resp != nil && resp.StatusCode == 404 {
-			return fmt.Errorf("comment on issue #%d of %s: %w", issue, g.FullName(), ErrNotFound)
+			return notFoundf("comment on issue #%d of %s: no such issue", issue, g.FullName())
 		}
 		return g.apiErr(fmt.Sprintf("comment on issue #%d of %s", issue, g.FullName()), resp, err)
 	}
@@ -255,7 +255,7 @@ func (g *Gitea) CloseIssue(ctx context.Context, issue int64) error {
 	_, resp, err := g.client.EditIssue(g.owner, g.repo, issue, gitea.EditIssueOption{State: &closed})
 	if err != nil {
 		if resp != nil && resp.StatusCode == 404 {
-			return fmt.Errorf("close issue #%d of %s: %w", issue, g.FullName(), ErrNotFound)
+			return notFoundf("close issue #%d of %s: no such issue", issue, g.FullName())
 		}
 		return g.apiErr(fmt.Sprintf("close issue #%d of %s", issue, g.FullName()), resp, err)
 	}

@@ -78,7 +78,7 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 	}
 	commit, err := p.Git.Line(ctx, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
 	if err != nil || commit == "" {
-		return res, fmt.Errorf("push %s: branch %q does not exist in %s: %w", branch, branch, p.Git.GitDir, ErrNotFound)
+		return res, fmt.Errorf("push %s: branch %q does not exist in %s", branch, branch, p.Git.GitDir)
 	}
 	res.Commit = commit
 	pushURL, err := p.RemoteURL(ctx)
@@ -100,9 +100,16 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 		}
 		msg = red.String(msg)
 		if strings.Contains(msg, "401") || strings.Contains(msg, "Authentication failed") || strings.Contains(msg, "could not read Username") {
-			return res, fmt.Errorf("push %s to %s: %w: %s", branch, redactURL(pushURL), ErrUnauthorized, msg)
+			why := "the forge rejected the token"
+			if p.credentialEnv(pushURL) == nil {
+				why = "the remote wants a credential and none is given for it (only the forge's own URL gets the token)"
+			}
+			return res, fmt.Errorf("push %s to %s: %w: %s: %s", branch, redactURL(pushURL), ErrUnauthorized, why, lastLine(msg))
 		}
-		return res, fmt.Errorf("push %s to %s: %s", branch, redactURL(pushURL), msg)
+		if strings.Contains(msg, "[rejected]") || strings.Contains(msg, "non-fast-forward") || strings.Contains(msg, "fetch first") {
+			return res, fmt.Errorf("push %s to %s: rejected: the remote branch has commits this one does not (not a fast-forward); fetch and integrate, or --force to replace it", branch, redactURL(pushURL))
+		}
+		return res, fmt.Errorf("push %s to %s: %s", branch, redactURL(pushURL), dropHints(msg))
 	}
 	// Porcelain: a line "=\t<from>:<to>\t[up to date]" when nothing moved.
 	for _, line := range strings.Split(string(out), "\n") {
@@ -122,4 +129,23 @@ func checkBranchName(ctx context.Context, g patch.Git, branch string) error {
 		return fmt.Errorf("branch %q: not a valid branch name", branch)
 	}
 	return nil
+}
+
+// dropHints removes git's "hint:" lines from an error text.
+func dropHints(msg string) string {
+	var keep []string
+	for _, l := range strings.Split(msg, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "hint:") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func lastLine(msg string) string {
+	msg = dropHints(msg)
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+		return msg[i+1:]
+	}
+	return msg
 }
