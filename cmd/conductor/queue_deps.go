@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor/queue"
+)
+
+// queueFlags are shared by enqueue and worker.
+func queueFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "queue", Value: queue.DefaultKey, Usage: "queue key (Redis list or embedded queue name)", EnvVars: []string{"CONDUCTOR_QUEUE"}},
+		&cli.StringFlag{Name: "redis-url", Usage: "Redis URL; without it the embedded store's queue is used", EnvVars: []string{"REDIS_URL"}},
+		&cli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job goes to the dead-letter list"},
+	}
+}
+
+var consumerSeq atomic.Int64
+
+// consumerName is unique per process and consumer: host:pid:n.
+func consumerName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), strconv.FormatInt(consumerSeq.Add(1), 10))
+}
+
+// openQueue opens Redis when a URL is set, else the embedded store's queue.
+// consumer is empty for producers.
+func (d *deps) openQueue(c *cli.Context, consumer string) (queue.Queue, error) {
+	if url := c.String("redis-url"); url != "" {
+		return queue.DialRedis(c.Context, queue.RedisOptions{
+			URL: url, Key: c.String("queue"), Consumer: consumer,
+			MaxAttempts: c.Int("max-attempts"), Now: d.Now,
+		})
+	}
+	st, err := d.openStore(c)
+	if err != nil {
+		return nil, err
+	}
+	return &queue.Embedded{Store: st, Key: c.String("queue"), Consumer: consumer, MaxAttempts: c.Int("max-attempts")}, nil
+}

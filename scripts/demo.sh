@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The product end to end, offline: a throwaway repository with a failing
+# test, a worker task run against a replayed model (no network), review with
+# the policy checks and the gate, a merge decision, a dry-run landing, the
+# landing, and the audit of the landed commit. Everything lives under
+# demo-out/ (removed and re-made on each run).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/bin/conductor"
+[ -x "$bin" ] || (cd "$root" && go build -o bin/conductor ./cmd/conductor)
+out="$root/demo-out"
+rm -rf "$out"
+mkdir -p "$out"
+export CONDUCTOR_HOME="$out/.conductor"
+unset DATABASE_URL REDIS_URL
+export GIT_AUTHOR_NAME="Demo Operator" GIT_AUTHOR_EMAIL="operator@demo.invalid"
+export GIT_COMMITTER_NAME="Demo Operator" GIT_COMMITTER_EMAIL="operator@demo.invalid"
+# A secret in the conductor's environment: the worker must never see it.
+export OPENAI_API_KEY="sk-demo-never-reaches-the-worker"
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
+run() { printf '$ %s\n' "$*" >&2; "$@"; }
+
+say "a throwaway repository: a Go package whose test fails"
+repo="$out/calc"
+mkdir -p "$repo"
+cp -R "$root/testdata/demo/repo/." "$repo/"
+git -C "$repo" init -q -b main
+git -C "$repo" add -A
+git -C "$repo" commit -qm "calc: Sum and its test"
+(cd "$repo" && go test ./... >/dev/null 2>&1) && { echo "demo repo test unexpectedly passes" >&2; exit 1; } || true
+echo "repo: $repo (go test fails: Sum skips the first element)" >&2
+
+sandbox=auto
+if ! command -v bwrap >/dev/null 2>&1; then
+  echo "warning: bubblewrap (bwrap) is not installed; the demo runs the worker UNSANDBOXED (--sandbox none)." >&2
+  echo "         install it with: apt-get install -y bubblewrap" >&2
+  sandbox=none
+fi
+
+say "1. dispatch: the worker runs the task against a replayed model"
+run "$bin" run-task run "$root/testdata/demo/task.json" --repo "$repo" \
+  --model "replay:$root/testdata/demo/model.json" --sandbox "$sandbox" --json >"$out/run.jsonl"
+runid="$(tail -n1 "$out/run.jsonl" | sed -n 's/.*"runId": *"\([^"]*\)".*/\1/p')"
+[ -n "$runid" ] || { echo "no run id in run-task output" >&2; tail -n3 "$out/run.jsonl" >&2; exit 1; }
+run "$bin" runs show "$runid"
+
+say "2. the worker's whole output: one diff with its patch-id"
+cat "$CONDUCTOR_HOME/runs/$runid/patch.diff"
+
+say "3. review: policy checks, syntax checks and the gate; approve and raise a merge decision"
+run "$bin" review "$runid" --approve --raise main | tee "$out/review.txt"
+decision="$(sed -n 's/^decision[: ]*\(d-[A-Za-z0-9]*\).*/\1/p' "$out/review.txt" | tail -n1)"
+[ -n "$decision" ] || decision="$("$bin" decision list --open --json | sed -n 's/.*"id": *"\(d-[^"]*\)".*/\1/p' | head -n1)"
+run "$bin" decision resolve "$decision" --option merge --by "demo operator"
+
+say "4. land: dry run first (changes nothing), then for real"
+run "$bin" land "$decision" --dry-run
+before="$(git -C "$repo" rev-parse main)"
+run "$bin" land "$decision"
+after="$(git -C "$repo" rev-parse main)"
+
+say "5. the landed commit, its trailers and the receipt git alone can verify"
+git -C "$repo" log --format='%h %s%n%(trailers)' -1 "$after"
+run "$bin" audit --repo "$repo" "$after"
+(cd "$repo" && git checkout -q -f main && go test ./...) >&2
+
+say "done: main moved ${before:0:12} -> ${after:0:12}; the record of every step is under $CONDUCTOR_HOME"
