@@ -1,16 +1,77 @@
 package main
 
 import (
-	"errors"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor/queue"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
 func newEnqueueCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "enqueue",
-		Usage:  "push a task onto the job queue",
-		Action: func(c *cli.Context) error { return errors.New("enqueue: not built yet") },
+		Name:      "enqueue",
+		Usage:     "push a task onto the job queue (Redis with REDIS_URL, else the embedded store)",
+		ArgsUsage: "TASK.json",
+		Description: "The task file is validated first. By default the job is an envelope\n" +
+			"{\"runId\", \"task\"} with a fresh run id; --raw pushes the task body as it is,\n" +
+			"for consumers that BLPOP task files.",
+		Flags: append(queueFlags(),
+			&cli.StringFlag{Name: "run-id", Usage: "run id for the job (default: a new one)"},
+			&cli.BoolFlag{Name: "raw", Usage: "push the task file body itself, not an envelope"},
+			&cli.BoolFlag{Name: "json", Usage: "print {runId, queue} as JSON"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("enqueue: want exactly one TASK.json, got %d arguments", c.NArg())
+			}
+			path := c.Args().First()
+			body, err := os.ReadFile(path)
+			if err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+			if _, err := runtask.ParseTask(path, body); err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+			runID := c.String("run-id")
+			payload := body
+			if !c.Bool("raw") {
+				if runID == "" {
+					runID = runtask.NewRunID(d.Now())
+				}
+				payload, err = json.Marshal(queue.Envelope{RunID: runID, Task: json.RawMessage(compactJSON(body))})
+				if err != nil {
+					return err
+				}
+			} else if j, err := queue.ParseJob(body); err == nil {
+				runID = j.RunID
+			}
+			q, err := d.openQueue(c, "")
+			if err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+			defer q.Close()
+			if err := q.Push(c.Context, payload); err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+			if c.Bool("json") {
+				return json.NewEncoder(d.Stdout).Encode(map[string]string{"runId": runID, "queue": q.Name()})
+			}
+			fmt.Fprintln(d.Stdout, runID)
+			fmt.Fprintf(d.Stderr, "queued %s on %s\n", path, q.Name())
+			return nil
+		},
 	}
+}
+
+func compactJSON(b []byte) []byte {
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return b
+	}
+	return out.Bytes()
 }
