@@ -3,12 +3,15 @@ package forge_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -598,5 +601,104 @@ func TestTransportRedacts(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "auth=\"token [REDACTED]\"") || strings.Contains(logs.String(), token) {
 		t.Fatalf("logs:\n%s", logs.String())
+	}
+}
+
+// FindPR pages: the pull request it looks for is on the second page.
+func TestFindPRPages(t *testing.T) {
+	fake := fakegitea.New(fakegitea.Options{Token: token})
+	t.Cleanup(fake.Close)
+	br := map[string]string{"main": strings.Repeat("a", 40)}
+	for i := 0; i < 55; i++ {
+		br[fmt.Sprintf("work/t-%d", i)] = strings.Repeat("b", 40)
+	}
+	fake.AddRepo(fakegitea.Repo{Owner: "acme", Name: "widget", Branches: br})
+	ctx := context.Background()
+	g, err := forge.NewGitea(ctx, forge.GiteaOptions{URL: fake.URL, Token: token, Owner: "acme", Repo: "widget"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 55; i++ {
+		if _, err := g.OpenPR(ctx, forge.PROpts{Head: fmt.Sprintf("work/t-%d", i), Base: "main", Title: "WIP: t"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Newest first: work/t-0 (#1) is on page 2.
+	pr, err := g.FindPR(ctx, "work/t-0", "main")
+	if err != nil || pr.Number != 1 || !pr.Existing {
+		t.Fatalf("FindPR = %+v, %v", pr, err)
+	}
+	if _, err := g.FindPR(ctx, "work/none", "main"); !errors.Is(err, forge.ErrNotFound) {
+		t.Fatalf("FindPR(missing) = %v", err)
+	}
+}
+
+// The token never appears in any process's argv: a git wrapper on PATH logs
+// every invocation's arguments and whether its environment held the token.
+func TestTokenNeverInArgv(t *testing.T) {
+	f := newFixture(t, fakegitea.Options{})
+	git(t, f.work, "remote", "set-url", "origin", f.fake.URL+"/acme/widget.git")
+	realGit, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	logFile := filepath.Join(t.TempDir(), "argv.log")
+	wrapper := "#!/bin/sh\n" +
+		"printf '%s\\n' \"ARGV $*\" >> " + logFile + "\n" +
+		"env | grep -q '^GIT_CONFIG_VALUE_0=Authorization' && printf 'ENV-CREDENTIAL %s\\n' \"$*\" >> " + logFile + "\n" +
+		"exec " + realGit + " \"$@\"\n"
+	writeFile(t, filepath.Join(bin, "git"), wrapper)
+	if err := os.Chmod(filepath.Join(bin, "git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if _, err := forge.OpenDraftPR(context.Background(), f.opts(token)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := string(b)
+	if strings.Contains(log, token) || strings.Contains(log, basic(token)) {
+		t.Fatalf("token in argv:\n%s", log)
+	}
+	var credentialed []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "ENV-CREDENTIAL ") {
+			credentialed = append(credentialed, l)
+		}
+	}
+	// Exactly one git process had the credential: the push (its
+	// git-remote-http child inherits it from there, not from PATH).
+	if len(credentialed) != 1 || !strings.Contains(credentialed[0], " push ") {
+		t.Fatalf("processes with the credential: %q\nlog:\n%s", credentialed, log)
+	}
+}
+
+func basic(tok string) string {
+	return base64.StdEncoding.EncodeToString([]byte("conductor:" + tok))
+}
+
+// runtask (the worker) never imports the forge: the token cannot reach a
+// worker through code.
+func TestWorkerDoesNotImportForge(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go tool")
+	}
+	cmd := exec.Command("go", "list", "-e", "-deps", "-f", "{{.ImportPath}}", "github.com/conductor-dev/conductor/runtask/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/conductor-dev/conductor/runtask") {
+		t.Fatalf("go list did not list runtask:\n%s", out)
+	}
+	for _, p := range deps {
+		if strings.HasPrefix(p, "github.com/conductor-dev/conductor/conductor/forge") || p == "code.gitea.io/sdk/gitea" {
+			t.Fatalf("runtask depends on %s", p)
+		}
 	}
 }
