@@ -136,7 +136,12 @@ func (g *gen) mutate(max int) map[string]string {
 	renames := map[string]string{}
 	n := 1 + g.rng.Intn(max)
 	for i := 0; i < n; i++ {
-		names := g.names()
+		var names []string
+		for _, n := range g.names() {
+			if !strings.HasPrefix(n, ".git") { // keep .gitignore/.gitattributes as set
+				names = append(names, n)
+			}
+		}
 		pick := func() (string, genFile, bool) {
 			if len(names) == 0 {
 				return "", genFile{}, false

@@ -1,0 +1,272 @@
+package patch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// CanonicalDiffArgs are the options of the one canonical diff form that
+// Extract and DiffTrees produce (after "diff-tree <from> <to>" semantics):
+// recursive, full 40-hex index lines, no rename or copy detection, no
+// external diff driver, no textconv, no colour, exactly three lines of
+// context, full binary content (`--binary`, base85 literal or delta), the
+// default (Myers) algorithm with git's default indent heuristic, no order
+// file, and fixed a/ b/ prefixes. Together with the neutral attributes and
+// configuration of the git dir these run in, the same change always gives
+// the same bytes.
+var CanonicalDiffArgs = []string{
+	"-r", "-p", "--binary", "--full-index", "--no-renames",
+	"--no-ext-diff", "--no-textconv", "--no-color", "-U3",
+	"--src-prefix=a/", "--dst-prefix=b/",
+	"--diff-algorithm=myers", "--indent-heuristic", "--inter-hunk-context=0",
+	"--ignore-submodules=none", "-O/dev/null",
+}
+
+// ExtractOptions says what to extract.
+type ExtractOptions struct {
+	// Repo is the repository the worktree belongs to: its git dir, or a
+	// linked worktree's private git dir. Nothing inside WorkTree (its .git
+	// file or directory included) is ever used to find the repository.
+	Repo Git
+	// WorkTree is the worktree whose content is extracted. It must be the
+	// main worktree of Repo or one of its registered linked worktrees.
+	WorkTree string
+	// Base is the commit (or tree) the diff is taken against.
+	Base string
+	// Out receives the canonical diff; nil discards it.
+	Out io.Writer
+}
+
+// Extracted describes an extracted diff.
+type Extracted struct {
+	// PatchID is BindingPatchID of the diff; empty when nothing changed.
+	PatchID string `json:"patchId"`
+	// Files lists the paths the diff touches, in git's path order.
+	Files []string `json:"files"`
+	// Tree is the id of the tree holding the worktree's whole content (it is
+	// written into the repository's object store: review and land reuse it).
+	Tree string `json:"tree"`
+	// BaseTree is the tree of Base.
+	BaseTree string `json:"baseTree"`
+	// Bytes is the size of the diff.
+	Bytes int64 `json:"bytes"`
+}
+
+// Extract writes ONE canonical diff of everything in the worktree against
+// the base — modified, added (untracked and not ignored), deleted, binary
+// (with full content), executable-bit and symlink changes — to opts.Out, and
+// returns its binding patch-id, the paths it touches and the tree of the
+// worktree's content.
+//
+// It works through a temporary index in a neutral git dir that shares only
+// the repository's object store (see newNeutralRepo): the worker's own index
+// is never read or written, no hook, fsmonitor, filter, textconv or external
+// diff can run, and no attribute or configuration can change the bytes.
+// The git dir and config found in the worktree are never looked at.
+// Embedded repositories (gitlinks) are refused.
+func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
+	var ex Extracted
+	wt, err := checkWorktree(opts.Repo, opts.WorkTree)
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	baseTree, err := resolveTree(ctx, opts.Repo, "base", opts.Base)
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	ex.BaseTree = baseTree
+	n, err := newNeutralRepo(ctx, opts.Repo, wt)
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	defer n.close()
+
+	if _, err := n.Run(ctx, "read-tree", baseTree); err != nil {
+		return ex, fmt.Errorf("extract: read base tree: %w", err)
+	}
+	if _, err := n.Run(ctx, "add", "--all"); err != nil {
+		return ex, fmt.Errorf("extract: collect worktree %s: %w", wt, err)
+	}
+	tree, err := n.Line(ctx, "write-tree")
+	if err != nil {
+		return ex, fmt.Errorf("extract: write tree: %w", err)
+	}
+	ex.Tree = tree
+	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
+	files, err := changedFiles(ctx, bare, baseTree, tree)
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	ex.Files = files
+	if len(files) == 0 {
+		return ex, nil
+	}
+	id, size, err := canonicalDiff(ctx, bare, baseTree, tree, opts.Out)
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	ex.PatchID, ex.Bytes = id, size
+	return ex, nil
+}
+
+// DiffTrees writes the canonical diff (the form Extract produces) between
+// two commits or trees of g's repository to w and returns its binding
+// patch-id (empty when the trees are equal). Land uses it for the squash's
+// patch-id, review for a work commit.
+func DiffTrees(ctx context.Context, g Git, from, to string, w io.Writer) (string, error) {
+	fromTree, err := resolveTree(ctx, g, "from", from)
+	if err != nil {
+		return "", fmt.Errorf("diff trees: %w", err)
+	}
+	toTree, err := resolveTree(ctx, g, "to", to)
+	if err != nil {
+		return "", fmt.Errorf("diff trees: %w", err)
+	}
+	n, err := newNeutralRepo(ctx, g, "")
+	if err != nil {
+		return "", fmt.Errorf("diff trees: %w", err)
+	}
+	defer n.close()
+	if fromTree == toTree {
+		return "", nil
+	}
+	id, _, err := canonicalDiff(ctx, n.Git, fromTree, toTree, w)
+	if err != nil {
+		return "", fmt.Errorf("diff trees %s..%s: %w", from, to, err)
+	}
+	return id, nil
+}
+
+// changedFiles lists the paths that differ between two trees and refuses
+// gitlinks, which a diff cannot carry.
+func changedFiles(ctx context.Context, g Git, from, to string) ([]string, error) {
+	out, err := g.Run(ctx, "diff-tree", "-r", "-z", "--raw", "--no-renames", "--ignore-submodules=none", from, to)
+	if err != nil {
+		return nil, fmt.Errorf("list changes: %w", err)
+	}
+	var files []string
+	fields := bytes.Split(out, []byte{0})
+	for i := 0; i+1 < len(fields); i += 2 {
+		meta, path := string(fields[i]), string(fields[i+1])
+		if !strings.HasPrefix(meta, ":") {
+			return nil, fmt.Errorf("list changes: unexpected raw line %q", meta)
+		}
+		m := strings.Fields(meta[1:])
+		if len(m) < 2 {
+			return nil, fmt.Errorf("list changes: unexpected raw line %q", meta)
+		}
+		if m[0] == "160000" || m[1] == "160000" {
+			return nil, fmt.Errorf("%s: embedded git repository (submodule) cannot be extracted; remove it or its .git", path)
+		}
+		files = append(files, path)
+	}
+	return files, nil
+}
+
+// canonicalDiff streams the canonical diff of two trees to w while hashing
+// it, and returns the binding patch-id and the size.
+func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer) (string, int64, error) {
+	if w == nil {
+		w = io.Discard
+	}
+	pr, pw := io.Pipe()
+	type idResult struct {
+		id  string
+		err error
+	}
+	done := make(chan idResult, 1)
+	go func() {
+		id, err := BindingPatchID(pr)
+		io.Copy(io.Discard, pr) // never block the writer
+		done <- idResult{id, err}
+	}()
+	cw := &countingWriter{w: w}
+	args := append([]string{"diff-tree"}, CanonicalDiffArgs...)
+	args = append(args, from, to)
+	cmd := g.Command(ctx, args...)
+	var stderr bytes.Buffer
+	cmd.Stdout = io.MultiWriter(cw, pw)
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	pw.Close()
+	res := <-done
+	if err != nil {
+		if cw.err != nil {
+			return "", cw.n, fmt.Errorf("write diff: %w", cw.err)
+		}
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return "", cw.n, &GitError{Args: args, Stderr: stderr.Bytes(), Err: err}
+	}
+	if res.err != nil && !(errors.Is(res.err, ErrNoPatch) && cw.n == 0) {
+		return "", cw.n, res.err
+	}
+	return res.id, cw.n, nil
+}
+
+type countingWriter struct {
+	w   io.Writer
+	n   int64
+	err error
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if err != nil && c.err == nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// checkWorktree verifies that dir is the main worktree of repo or one of
+// its registered linked worktrees and returns its cleaned absolute path. It
+// decides from the repository's own records (never from dir/.git, which the
+// worker controls).
+func checkWorktree(repo Git, dir string) (string, error) {
+	if dir == "" {
+		return "", errors.New("no worktree given")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("worktree %s: %w", dir, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("worktree %s: not a worktree: %w", dir, errors.Unwrap(err))
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("worktree %s: not a worktree (not a directory)", dir)
+	}
+	if repo.GitDir == "" {
+		return "", fmt.Errorf("worktree %s: no repository given", dir)
+	}
+	common := repo.CommonDir()
+	var candidates []string
+	if filepath.Base(common) == ".git" {
+		candidates = append(candidates, filepath.Dir(common))
+	}
+	if b, err := os.ReadFile(filepath.Join(repo.GitDir, "gitdir")); err == nil {
+		candidates = append(candidates, filepath.Dir(strings.TrimSpace(string(b))))
+	}
+	if entries, err := os.ReadDir(filepath.Join(common, "worktrees")); err == nil {
+		for _, e := range entries {
+			if b, err := os.ReadFile(filepath.Join(common, "worktrees", e.Name(), "gitdir")); err == nil {
+				candidates = append(candidates, filepath.Dir(strings.TrimSpace(string(b))))
+			}
+		}
+	}
+	for _, c := range candidates {
+		if cfi, err := os.Stat(c); err == nil && os.SameFile(fi, cfi) {
+			return abs, nil
+		}
+	}
+	return "", fmt.Errorf("worktree %s: not a worktree of repository %s", dir, common)
+}

@@ -1,0 +1,354 @@
+package patch
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fastImportTree writes the generator's file set as a root commit on ref
+// and returns its tree id: an independent oracle for "the tree the worktree
+// holds" (git's own fast-import, not git add).
+func fastImportTree(t testing.TB, repo string, g *gen, ref string) string {
+	t.Helper()
+	var w bytes.Buffer
+	fmt.Fprintf(&w, "commit %s\ncommitter Test <t@example.test> 1767225600 +0000\ndata 7\noracle\n", ref)
+	w.WriteString("deleteall\n")
+	for _, name := range g.names() {
+		f := g.files[name]
+		fmt.Fprintf(&w, "M %s inline %q\ndata %d\n", f.mode, name, len(f.data))
+		w.Write(f.data)
+		w.WriteByte('\n')
+	}
+	testGit(t, repo, w.Bytes(), "fast-import", "--quiet", "--force")
+	return strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", ref+"^{tree}")))
+}
+
+// clearWorktree removes everything but the top-level .git entry.
+func clearWorktree(t testing.TB, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() == ".git" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// linkedWorktree makes a repository with a generated base commit and a
+// linked worktree checked out at it; it returns the repository folder, the
+// worktree folder, the generator and the base commit.
+func linkedWorktree(t testing.TB, seed int64) (string, string, *gen, string) {
+	t.Helper()
+	repo := newRepo(t)
+	g := newGen(seed)
+	g.files[".gitignore"] = genFile{"100644", []byte("*.log\nignored-dir/\n")}
+	g.mutate(40)
+	fastImportTree(t, repo, g, "refs/heads/main")
+	base := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "main")))
+	wt := filepath.Join(t.TempDir(), "wt")
+	testGit(t, repo, nil, "worktree", "add", "-q", "--detach", wt, base)
+	return repo, wt, g, base
+}
+
+func privateGitDir(t testing.TB, repo string) string {
+	t.Helper()
+	matches, err := filepath.Glob(filepath.Join(repo, ".git", "worktrees", "*"))
+	if err != nil || len(matches) != 1 {
+		t.Fatalf("want one linked worktree, got %v %v", matches, err)
+	}
+	return matches[0]
+}
+
+func TestExtractRoundTrip(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	ctx := context.Background()
+	repo, wt, g, base := linkedWorktree(t, 7)
+	private := privateGitDir(t, repo)
+	indexPath := filepath.Join(private, "index")
+	for round := 0; round < 25; round++ {
+		t.Run(fmt.Sprintf("round-%02d", round), func(t *testing.T) {
+			g.mutate(10)
+			clearWorktree(t, wt)
+			g.writeTree(t, wt)
+			// Ignored files never reach the diff.
+			if err := os.WriteFile(filepath.Join(wt, "build.log"), []byte("noise"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(wt, "ignored-dir"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(wt, "ignored-dir", "x.txt"), []byte("noise"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want := fastImportTree(t, repo, g, "refs/oracle/want")
+			indexBefore, _ := os.ReadFile(indexPath)
+			fiBefore, _ := os.Stat(indexPath)
+
+			var diff bytes.Buffer
+			ex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, Out: &diff})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ex.Tree != want {
+				t.Fatalf("Extract tree %s, want %s (fast-import oracle):\n%s", ex.Tree, want, testGit(t, repo, nil, "diff-tree", "-r", "--stat", "--summary", want, ex.Tree))
+			}
+			if ex.Bytes != int64(diff.Len()) {
+				t.Errorf("Bytes = %d, wrote %d", ex.Bytes, diff.Len())
+			}
+			// The worker's own index is untouched.
+			indexAfter, _ := os.ReadFile(indexPath)
+			fiAfter, _ := os.Stat(indexPath)
+			if !bytes.Equal(indexBefore, indexAfter) || !fiBefore.ModTime().Equal(fiAfter.ModTime()) {
+				t.Errorf("the worker's index changed")
+			}
+			// Files and bytes: exactly git's diff-tree with the canonical options.
+			names := strings.Split(strings.TrimSuffix(string(testGit(t, repo, nil, "diff-tree", "-r", "-z", "--name-only", "--no-renames", base, want)), "\x00"), "\x00")
+			if strings.Join(names, "\n") != strings.Join(ex.Files, "\n") {
+				t.Errorf("Files = %q, want %q", ex.Files, names)
+			}
+			gitDiff := testGit(t, repo, nil, append(append([]string{"diff-tree"}, CanonicalDiffArgs...), base, want)...)
+			if !bytes.Equal(gitDiff, diff.Bytes()) {
+				t.Errorf("diff differs from git diff-tree's canonical form")
+			}
+			// The binding id is git's --verbatim id of the same bytes.
+			gitID := strings.Fields(string(testGit(t, repo, diff.Bytes(), "patch-id", "--verbatim")))
+			if len(gitID) == 0 || gitID[0] != ex.PatchID {
+				t.Errorf("PatchID %s, git patch-id --verbatim says %v", ex.PatchID, gitID)
+			}
+			// DiffTrees gives the same bytes and id.
+			var again bytes.Buffer
+			id, err := DiffTrees(ctx, Git{GitDir: filepath.Join(repo, ".git")}, base, ex.Tree, &again)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id != ex.PatchID || !bytes.Equal(again.Bytes(), diff.Bytes()) {
+				t.Errorf("DiffTrees differs from Extract")
+			}
+			// Apply onto the base (no checkout) gives the worktree's tree.
+			applied, err := Apply(ctx, ApplyOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, Base: base, Patch: bytes.NewReader(diff.Bytes())})
+			if err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			if applied != want {
+				t.Errorf("Apply tree %s, want %s", applied, want)
+			}
+			// And git apply on a fresh checkout of the base agrees.
+			fresh := t.TempDir()
+			testGit(t, fresh, nil, "init", "-q")
+			testGit(t, fresh, nil, "fetch", "-q", repo, base)
+			testGit(t, fresh, nil, "checkout", "-q", "--detach", base)
+			testGit(t, fresh, diff.Bytes(), "apply", "--index", "--whitespace=nowarn", "-")
+			if got := strings.TrimSpace(string(testGit(t, fresh, nil, "write-tree"))); got != want {
+				t.Errorf("git apply on a fresh checkout: tree %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestExtractNoChanges(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo, wt, _, base := linkedWorktree(t, 3)
+	var diff bytes.Buffer
+	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &diff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.PatchID != "" || len(ex.Files) != 0 || diff.Len() != 0 || ex.Tree != ex.BaseTree {
+		t.Errorf("unchanged worktree: got %+v and %d diff bytes", ex, diff.Len())
+	}
+}
+
+func TestExtractBadInput(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo, wt, _, base := linkedWorktree(t, 5)
+	private := privateGitDir(t, repo)
+	other := newRepo(t)
+	plain := t.TempDir()
+	file := filepath.Join(plain, "f")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		opts ExtractOptions
+		want string
+	}{
+		{"missing base", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: "no-such-rev"}, `base "no-such-rev": no such commit or tree`},
+		{"option-like base", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: "--output=/tmp/x"}, "not a revision"},
+		{"empty base", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt}, "base: no revision given"},
+		{"not a worktree: plain folder", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: plain, Base: base}, "not a worktree of repository"},
+		{"not a worktree: file", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: file, Base: base}, "not a worktree (not a directory)"},
+		{"not a worktree: missing", ExtractOptions{Repo: Git{GitDir: private}, WorkTree: filepath.Join(plain, "nope"), Base: base}, "not a worktree"},
+		{"worktree of another repository", ExtractOptions{Repo: Git{GitDir: filepath.Join(other, ".git")}, WorkTree: wt, Base: base}, "not a worktree of repository"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Extract(context.Background(), tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	t.Run("main worktree and common git dir accepted", func(t *testing.T) {
+		if _, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, WorkTree: repo, Base: base}); err != nil {
+			t.Error(err)
+		}
+		if _, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, WorkTree: wt, Base: base}); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("embedded repository refused", func(t *testing.T) {
+		sub := filepath.Join(wt, "sub")
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		testGit(t, sub, nil, "init", "-q")
+		if err := os.WriteFile(filepath.Join(sub, "x"), []byte("x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testGit(t, sub, nil, "add", "x")
+		testGit(t, sub, nil, "commit", "-q", "-m", "x")
+		defer os.RemoveAll(sub)
+		_, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base})
+		if err == nil || !strings.Contains(err.Error(), "sub: embedded git repository") {
+			t.Errorf("error %v, want the embedded repository named", err)
+		}
+	})
+}
+
+// TestExtractHostileConfig plants every configuration a worker could use to
+// make git run a program — in a replaced .git directory inside the worktree,
+// in the worktree's .gitattributes and in the linked worktree's own config —
+// proves the trap fires under a naive git invocation, then proves that
+// Extract runs none of it and converts no bytes.
+func TestExtractHostileConfig(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	repo, wt, g, base := linkedWorktree(t, 11)
+	private := privateGitDir(t, repo)
+	trap := t.TempDir()
+	marker := filepath.Join(trap, "ran")
+	script := filepath.Join(trap, "evil.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"$0 $*\" >> "+marker+"\ncat\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hooks := filepath.Join(trap, "hooks")
+	if err := os.MkdirAll(hooks, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"post-index-change", "pre-commit", "post-checkout", "reference-transaction", "fsmonitor-watchman"} {
+		if err := os.Symlink(script, filepath.Join(hooks, h)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostile := strings.Join([]string{
+		"[core]",
+		"\tfsmonitor = " + script,
+		"\thooksPath = " + hooks,
+		"\tsshCommand = " + script,
+		"\tpager = " + script,
+		"\tattributesFile = " + filepath.Join(trap, "attributes"),
+		"\tautocrlf = true",
+		"[diff]",
+		"\texternal = " + script,
+		"[diff \"evil\"]",
+		"\ttextconv = " + script,
+		"\tcommand = " + script,
+		"[filter \"evil\"]",
+		"\tclean = " + script + " clean",
+		"\tsmudge = " + script + " smudge",
+		"\tprocess = " + script + " process",
+		"\trequired = true",
+		"",
+	}, "\n")
+	if err := os.WriteFile(filepath.Join(trap, "attributes"), []byte("* filter=evil diff=evil\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 1. The worktree's .git file replaced by a directory with a hostile config.
+	if err := os.Remove(filepath.Join(wt, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	testGit(t, wt, nil, "init", "-q")
+	if err := os.WriteFile(filepath.Join(wt, ".git", "config"), []byte(hostile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 2. The linked worktree's own config (config.worktree), enabled.
+	testGit(t, repo, nil, "config", "extensions.worktreeConfig", "true")
+	if err := os.WriteFile(filepath.Join(private, "config.worktree"), []byte(hostile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 3. Worker-written attributes asking for filters, drivers, conversions.
+	attrs := "* filter=evil diff=evil\n*.txt text eol=crlf ident working-tree-encoding=UTF-16\n"
+	g.files[".gitattributes"] = genFile{"100644", []byte(attrs)}
+	g.mutate(5)
+	g.files["conv.txt"] = genFile{"100644", []byte("$Id$\nline one\nline two\n")}
+	clearWorktree(t, wt)
+	g.writeTree(t, wt)
+	if err := os.WriteFile(filepath.Join(wt, ".gitattributes"), []byte(attrs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// The trap is real: a naive git in the worktree runs the program.
+	naive := exec.Command("git", "add", "-A")
+	naive.Dir = wt
+	naive.Env = testEnv(t.TempDir())
+	naive.Run()
+	naive = exec.Command("git", "--git-dir="+private, "--work-tree="+wt, "add", "-A")
+	naive.Dir = wt
+	naive.Env = testEnv(t.TempDir())
+	naive.Run()
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the planted config did not fire under a naive git, the test proves nothing: %v", err)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+
+	want := fastImportTree(t, repo, g, "refs/oracle/want")
+	var diff bytes.Buffer
+	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, Out: &diff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("a planted program ran during Extract:\n%s", b)
+	}
+	if ex.Tree != want {
+		t.Errorf("tree %s, want %s: bytes were converted", ex.Tree, want)
+	}
+	if !bytes.Contains(diff.Bytes(), []byte("+++ b/conv.txt\n@@ -0,0 +1,3 @@\n+$Id$\n+line one\n+line two\n")) {
+		t.Errorf("ident or eol conversion altered the diff")
+	}
+	for _, f := range ex.Files {
+		if f == ".git" || strings.HasPrefix(f, ".git/") {
+			t.Errorf("the worktree's .git reached the diff: %s", f)
+		}
+	}
+	// DiffTrees in the operator's repository is neutral too.
+	if _, err := DiffTrees(context.Background(), Git{GitDir: private, WorkTree: wt}, base, ex.Tree, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("a planted program ran during DiffTrees:\n%s", b)
+	}
+}

@@ -1,0 +1,162 @@
+package patch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// neutralAttributes is the attributes file of a neutral git dir. The
+// repository's $GIT_DIR/info/attributes has the highest precedence of all
+// attribute sources, so these lines override every .gitattributes a worker
+// could write: no clean/smudge filter or process can run, no end-of-line,
+// ident or working-tree-encoding conversion can alter bytes, and no diff
+// driver (textconv, external diff, binary marking) applies.
+const neutralAttributes = "* -text !eol -filter -ident !working-tree-encoding !diff !merge -export-subst\n"
+
+// neutralConfig holds per-command settings pinned for canonical output, on
+// top of the guards every Git carries.
+var neutralConfig = []string{
+	"core.attributesFile=/dev/null",
+	"core.excludesFile=",
+	"core.fileMode=true",
+	"core.symlinks=true",
+	"core.ignoreCase=false",
+	"core.precomposeUnicode=false",
+	"core.checkStat=default",
+	"core.trustctime=true",
+	"core.splitIndex=false",
+	"core.sparseCheckout=false",
+	"index.sparse=false",
+	"diff.suppressBlankEmpty=false",
+	"diff.algorithm=default",
+	"diff.indentHeuristic=true",
+	"diff.interHunkContext=0",
+	"diff.orderFile=",
+	"diff.ignoreSubmodules=none",
+	"diff.submodule=short",
+	"core.abbrev=40",
+	"feature.manyFiles=false",
+}
+
+// neutralRepo is a throw-away git dir that shares the object store of a
+// real repository and nothing else: its config, hooks, attributes and index
+// are ours. Every operation that reads a worker's files or must produce
+// canonical bytes runs in one, so nothing the worker or the repository's
+// configuration says can run a program or change the output.
+type neutralRepo struct {
+	Git
+	dir string
+}
+
+// newNeutralRepo creates a neutral git dir for repo. workTree may be empty.
+// The caller must call close.
+func newNeutralRepo(ctx context.Context, repo Git, workTree string) (*neutralRepo, error) {
+	common := repo.CommonDir()
+	objects := filepath.Join(common, "objects")
+	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
+	}
+	format, err := objectFormat(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	if format != "sha1" {
+		return nil, fmt.Errorf("repository %s: object format %s is not supported (sha1 only)", repo.GitDir, format)
+	}
+	dir, err := os.MkdirTemp("", "conductor-git-")
+	if err != nil {
+		return nil, err
+	}
+	n := &neutralRepo{dir: dir}
+	config := "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogAllRefUpdates = false\n"
+	files := map[string]string{
+		"HEAD":            "ref: refs/heads/conductor-neutral\n",
+		"config":          config,
+		"info/attributes": neutralAttributes,
+		"info/exclude":    "",
+	}
+	// The operator's own exclude file still decides what is ignored.
+	if b, err := os.ReadFile(filepath.Join(common, "info", "exclude")); err == nil {
+		files["info/exclude"] = string(b)
+	}
+	for _, sub := range []string{"refs", "info"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), []byte(content), 0o600); err != nil {
+			n.close()
+			return nil, err
+		}
+	}
+	env := dropEnv(append([]string(nil), repo.Env...),
+		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_CEILING_DIRECTORIES")
+	env = append(env,
+		"GIT_OBJECT_DIRECTORY="+objects,
+		"GIT_INDEX_FILE="+filepath.Join(dir, "index"),
+	)
+	n.Git = Git{GitDir: dir, WorkTree: workTree, Env: env, Config: append([]string(nil), neutralConfig...)}
+	return n, nil
+}
+
+// dropEnv removes the named variables from env.
+func dropEnv(env []string, names ...string) []string {
+	out := env[:0]
+next:
+	for _, kv := range env {
+		for _, name := range names {
+			if strings.HasPrefix(kv, name+"=") {
+				continue next
+			}
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func (n *neutralRepo) close() {
+	if n != nil && n.dir != "" {
+		os.RemoveAll(n.dir)
+	}
+}
+
+// indexFile is the neutral repository's index.
+func (n *neutralRepo) indexFile() string { return filepath.Join(n.dir, "index") }
+
+// objectFormat reads extensions.objectFormat of the repository.
+func objectFormat(ctx context.Context, repo Git) (string, error) {
+	out, err := repo.WithWorkTree("").Run(ctx, "config", "--get", "extensions.objectformat")
+	var ge *GitError
+	if errors.As(err, &ge) && len(ge.Stderr) == 0 {
+		return "sha1", nil // not set
+	}
+	if err != nil {
+		return "", fmt.Errorf("repository %s: %w", repo.GitDir, err)
+	}
+	if f := strings.ToLower(strings.TrimSpace(string(out))); f != "" {
+		return f, nil
+	}
+	return "sha1", nil
+}
+
+// resolveTree returns the tree id of rev (a commit, tag or tree) in repo.
+// what names rev in errors ("base", "from").
+func resolveTree(ctx context.Context, repo Git, what, rev string) (string, error) {
+	if rev == "" {
+		return "", fmt.Errorf("%s: no revision given", what)
+	}
+	if strings.HasPrefix(rev, "-") || strings.ContainsAny(rev, "\x00\n") {
+		return "", fmt.Errorf("%s %q: not a revision", what, rev)
+	}
+	tree, err := repo.WithWorkTree("").Line(ctx, "rev-parse", "--verify", "--quiet", rev+"^{tree}")
+	if err != nil || tree == "" {
+		return "", fmt.Errorf("%s %q: no such commit or tree in %s", what, rev, repo.GitDir)
+	}
+	return tree, nil
+}
