@@ -29,6 +29,10 @@ type ModelReply struct {
 	Usage        *Usage // nil when the server did not report usage
 	// Model is the model name the server says answered.
 	Model string
+	// Quirks lists the normalisations applied to this turn (request and
+	// answer), e.g. "arguments-object", "missing-id", "calls-in-content",
+	// "finish-reason", "usage-missing"; empty for a well-formed answer.
+	Quirks []string
 }
 
 // ModelClient is the model side of the tool loop: any OpenAI-compatible

@@ -1,0 +1,525 @@
+package runtask
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// Response headers the quirk transport adds for Complete.
+const (
+	hdrUsageAbsent = "X-Conductor-Usage-Absent"
+	hdrFixes       = "X-Conductor-Fixes"
+	hdrFinishRaw   = "X-Conductor-Finish-Reason"
+)
+
+// maxAnswerBytes bounds a model answer read into memory.
+const maxAnswerBytes = 32 << 20
+
+// ModelError is a failed model call. Its message never contains the API
+// key: every text from the server or the network is redacted first.
+type ModelError struct {
+	Alias    string
+	URL      string // base URL
+	Status   int    // HTTP status; 0 when no answer came
+	Attempts int    // attempts made
+	Msg      string // redacted
+}
+
+func (e *ModelError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %s (%s)", e.Alias, e.URL)
+	if e.Status != 0 {
+		fmt.Fprintf(&b, ": HTTP %d", e.Status)
+	}
+	if e.Attempts > 1 {
+		fmt.Fprintf(&b, " after %d attempts", e.Attempts)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Retryable reports whether the failure was of a kind retried (429, 5xx,
+// network); after the attempts ran out.
+func (e *ModelError) Retryable() bool { return e.Status == 0 || retryableStatus(e.Status) }
+
+// ClientOption configures NewClient.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct {
+	transport http.RoundTripper
+	logger    *slog.Logger
+	sleep     func(ctx context.Context, d time.Duration) error
+	now       func() time.Time
+}
+
+// WithTransport sets the base transport (default http.DefaultTransport).
+func WithTransport(rt http.RoundTripper) ClientOption {
+	return func(o *clientOptions) { o.transport = rt }
+}
+
+// WithLogger logs every model request (method, URL, status, duration,
+// attempt, quirk fixes) at debug level and retries at warn level. Headers
+// are never logged; the API key is added below the logging layer.
+func WithLogger(l *slog.Logger) ClientOption {
+	return func(o *clientOptions) { o.logger = l }
+}
+
+// withSleep replaces the retry wait (tests).
+func withSleep(f func(ctx context.Context, d time.Duration) error) ClientOption {
+	return func(o *clientOptions) { o.sleep = f }
+}
+
+// httpClient is an OpenAI-compatible server behind go-openai.
+type httpClient struct {
+	spec    ModelSpec
+	api     *openai.Client
+	limiter *AliasLimiter
+	secret  string
+}
+
+// NewClient returns the model client of spec: the replay model for
+// "replay:FILE", else a go-openai client for spec.BaseURL. The API key is
+// read here, and only here, from getenv(spec.APIKeyEnv); a named but unset
+// variable is an error. Requests to one alias are bounded process-wide by
+// spec.MaxConcurrent (see Limiter).
+func NewClient(spec ModelSpec, getenv func(string) string, opts ...ClientOption) (ModelClient, error) {
+	if spec.IsReplay() {
+		return NewReplay(spec.ReplayFile, opts...)
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("model %s: %w", spec.Alias, err)
+	}
+	var key string
+	if spec.APIKeyEnv != "" {
+		key = getenv(spec.APIKeyEnv)
+		if key == "" {
+			return nil, fmt.Errorf("model %s: the API key variable %s is not set (set it, or clear apiKeyEnv for a server without keys)", spec.Alias, spec.APIKeyEnv)
+		}
+	}
+	o := clientOptions{transport: http.DefaultTransport, sleep: sleepCtx, now: time.Now}
+	for _, f := range opts {
+		f(&o)
+	}
+	lim := Limiter(spec.Alias)
+	lim.SetMax(spec.MaxConcurrent)
+	return newHTTPClient(spec, key, lim, o), nil
+}
+
+func newHTTPClient(spec ModelSpec, key string, lim *AliasLimiter, o clientOptions) *httpClient {
+	var rt http.RoundTripper = &authTransport{next: o.transport, key: key}
+	rt = &retryTransport{
+		next: rt, attempts: max(spec.MaxAttempts, 1), base: spec.RetryBase, cap: spec.RetryMax,
+		timeout: spec.Timeout, sleep: o.sleep, now: o.now, log: o.logger, alias: spec.Alias, secret: key,
+	}
+	rt = &quirkTransport{next: rt, temperature: spec.Temperature}
+	if o.logger != nil {
+		rt = &logTransport{next: rt, log: o.logger, alias: spec.Alias, secret: key}
+	}
+	cfg := openai.DefaultConfig("") // the key is added by authTransport, below logging
+	cfg.BaseURL = strings.TrimRight(spec.BaseURL, "/")
+	cfg.HTTPClient = &http.Client{Transport: rt}
+	return &httpClient{spec: spec, api: openai.NewClientWithConfig(cfg), limiter: lim, secret: key}
+}
+
+// Complete sends one chat completion request and returns the normalised
+// reply.
+func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply, error) {
+	release, err := c.limiter.Acquire(ctx)
+	if err != nil {
+		return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
+	}
+	defer release()
+	creq := openai.ChatCompletionRequest{
+		Model:     c.spec.Model,
+		Messages:  req.Messages,
+		Tools:     req.Tools,
+		MaxTokens: c.spec.MaxTokens,
+	}
+	resp, err := c.api.CreateChatCompletion(ctx, creq)
+	if err != nil {
+		return ModelReply{}, c.wrapError(ctx, err)
+	}
+	if len(resp.Choices) == 0 {
+		return ModelReply{}, &ModelError{Alias: c.spec.Alias, URL: c.spec.BaseURL, Msg: "the answer has no choices"}
+	}
+	ch := resp.Choices[0]
+	reply := ModelReply{
+		Message:      ch.Message,
+		FinishReason: string(ch.FinishReason),
+		Model:        resp.Model,
+	}
+	if reply.Message.Role == "" {
+		reply.Message.Role = openai.ChatMessageRoleAssistant
+	}
+	h := resp.Header()
+	if h.Get(hdrUsageAbsent) == "" {
+		reply.Usage = &Usage{
+			PromptTokens:     int64(resp.Usage.PromptTokens),
+			CompletionTokens: int64(resp.Usage.CompletionTokens),
+			TotalTokens:      int64(resp.Usage.TotalTokens),
+		}
+		if reply.Usage.TotalTokens == 0 {
+			reply.Usage.TotalTokens = reply.Usage.PromptTokens + reply.Usage.CompletionTokens
+		}
+	}
+	if f := h.Get(hdrFixes); f != "" {
+		reply.Quirks = strings.Split(f, ",")
+	}
+	return reply, nil
+}
+
+// wrapError turns a go-openai or transport error into a *ModelError with
+// the key redacted; a cancelled or expired ctx stays recognisable with
+// errors.Is.
+func (c *httpClient) wrapError(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("model %s: %w", c.spec.Alias, ctxErr)
+	}
+	me := &ModelError{Alias: c.spec.Alias, URL: c.spec.BaseURL, Attempts: 1}
+	var apiErr *openai.APIError
+	var reqErr *openai.RequestError
+	var nj *notJSONError
+	var ae *attemptsError
+	if errors.As(err, &ae) {
+		me.Attempts = ae.attempts
+		err = ae.err
+	}
+	switch {
+	case errors.As(err, &nj):
+		me.Status = nj.status
+		me.Msg = nj.Error()
+	case errors.As(err, &apiErr):
+		me.Status = apiErr.HTTPStatusCode
+		me.Msg = apiErr.Message
+		if apiErr.Type != "" {
+			me.Msg += " (" + apiErr.Type + ")"
+		}
+	case errors.As(err, &reqErr):
+		me.Status = reqErr.HTTPStatusCode
+		me.Msg = "answer: " + strconv.Quote(snippet(reqErr.Body, 300))
+	default:
+		me.Msg = err.Error()
+		var ue interface{ Unwrap() error }
+		if errors.As(err, &ue) {
+			// *url.Error repeats method and URL; keep the cause.
+			if inner := ue.Unwrap(); inner != nil && strings.HasPrefix(me.Msg, "Post ") {
+				me.Msg = inner.Error()
+			}
+		}
+		if strings.Contains(me.Msg, "invalid character") || strings.Contains(me.Msg, "cannot unmarshal") {
+			me.Msg = "answer is not a chat completion: " + me.Msg
+		}
+	}
+	if me.Status != 0 && retryableStatus(me.Status) {
+		me.Attempts = max(me.Attempts, c.spec.MaxAttempts)
+	}
+	me.Msg = redactSecret(me.Msg, c.secret)
+	return me
+}
+
+// redactSecret removes secret from s.
+func redactSecret(s, secret string) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret, "[REDACTED]")
+}
+
+// authTransport adds the API key, as the last layer before the network so
+// no other layer (logging, errors) ever holds it in a request.
+type authTransport struct {
+	next http.RoundTripper
+	key  string
+}
+
+func (t *authTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.key == "" {
+		return t.next.RoundTrip(req)
+	}
+	r := req.Clone(req.Context())
+	r.Header.Set("Authorization", "Bearer "+t.key)
+	return t.next.RoundTrip(r)
+}
+
+// logTransport logs each request without headers, errors redacted.
+type logTransport struct {
+	next   http.RoundTripper
+	log    *slog.Logger
+	alias  string
+	secret string
+}
+
+func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(req)
+	attrs := []any{"alias", t.alias, "method", req.Method, "url", redactSecret(req.URL.Redacted(), t.secret), "duration", time.Since(start).Round(time.Millisecond)}
+	if err != nil {
+		t.log.Debug("model request failed", append(attrs, "error", redactSecret(err.Error(), t.secret))...)
+		return nil, err
+	}
+	attrs = append(attrs, "status", resp.StatusCode)
+	if f := resp.Header.Get(hdrFixes); f != "" {
+		attrs = append(attrs, "fixes", f)
+	}
+	t.log.Debug("model request", attrs...)
+	return resp, nil
+}
+
+// quirkTransport normalises chat completion requests and answers (see
+// normalizeChatRequest and normalizeChatResponse) so go-openai decodes
+// what any server sends.
+type quirkTransport struct {
+	next        http.RoundTripper
+	temperature *float64
+}
+
+func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/chat/completions") || req.Body == nil {
+		return t.next.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	body, info, reqFixes, err := normalizeChatRequest(body, t.temperature)
+	if err != nil {
+		return nil, err
+	}
+	r := req.Clone(req.Context())
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	resp, err := t.next.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp, nil // go-openai reads the error
+	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	resp.Body.Close()
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	out, rinfo, err := normalizeChatResponse(raw, info)
+	if err != nil {
+		return nil, &notJSONError{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), snippet: snippet(raw, 200)}
+	}
+	h := resp.Header.Clone()
+	h.Del("Content-Length")
+	if !rinfo.usagePresent {
+		h.Set(hdrUsageAbsent, "1")
+	}
+	if fixes := append(append([]string(nil), reqFixes...), rinfo.fixes...); len(fixes) > 0 {
+		h.Set(hdrFixes, strings.Join(fixes, ","))
+	}
+	h.Set(hdrFinishRaw, rinfo.finishRaw)
+	nr := *resp
+	nr.Header = h
+	nr.Body = io.NopCloser(bytes.NewReader(out))
+	nr.ContentLength = int64(len(out))
+	return &nr, nil
+}
+
+// attemptsError carries how many attempts a failed request made.
+type attemptsError struct {
+	attempts int
+	err      error
+}
+
+func (e *attemptsError) Error() string { return e.err.Error() }
+func (e *attemptsError) Unwrap() error { return e.err }
+
+// retryTransport retries 429, 5xx (but 501 and 505) and network errors
+// with bounded exponential backoff and jitter, honouring Retry-After (and
+// retry-after-ms) up to the cap. Each attempt has its own timeout; the
+// request's context cancels the wait. The answer is read into memory.
+type retryTransport struct {
+	next     http.RoundTripper
+	attempts int
+	base     time.Duration
+	cap      time.Duration
+	timeout  time.Duration
+	sleep    func(ctx context.Context, d time.Duration) error
+	now      func() time.Time
+	log      *slog.Logger
+	alias    string
+	secret   string
+}
+
+func retryableStatus(code int) bool {
+	return code == http.StatusTooManyRequests || (code >= 500 && code != http.StatusNotImplemented && code != http.StatusHTTPVersionNotSupported)
+}
+
+func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	ctx := req.Context()
+	for attempt := 1; ; attempt++ {
+		resp, err := t.once(ctx, req, body)
+		var delay time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			var te *attemptTimeoutError
+			if errors.As(err, &te) || !retryableNetError(err) {
+				return nil, &attemptsError{attempts: attempt, err: err}
+			}
+			delay = t.backoff(attempt)
+		case retryableStatus(resp.StatusCode):
+			delay = t.backoff(attempt)
+			if ra, ok := retryAfter(resp.Header, t.now()); ok {
+				delay = min(ra, t.cap)
+			}
+		default:
+			return resp, nil
+		}
+		if attempt >= t.attempts {
+			if err != nil {
+				return nil, &attemptsError{attempts: attempt, err: err}
+			}
+			return resp, nil // go-openai turns the status into an error
+		}
+		if t.log != nil {
+			what := ""
+			if err != nil {
+				what = redactSecret(err.Error(), t.secret)
+			} else {
+				what = resp.Status
+			}
+			t.log.Warn("model request failed, retrying", "alias", t.alias, "attempt", attempt, "of", t.attempts, "error", what, "wait", delay)
+		}
+		if err := t.sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// attemptTimeoutError is one attempt that exceeded the per-attempt timeout.
+type attemptTimeoutError struct{ timeout time.Duration }
+
+func (e *attemptTimeoutError) Error() string {
+	return fmt.Sprintf("no answer within the timeout of %s", e.timeout)
+}
+
+// once makes one attempt and reads the whole answer, so the per-attempt
+// timeout can end with it.
+func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byte) (*http.Response, error) {
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if t.timeout > 0 {
+		actx, cancel = context.WithTimeout(ctx, t.timeout)
+	}
+	defer cancel()
+	r := req.Clone(actx)
+	if body != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	resp, err := t.next.RoundTrip(r)
+	if err == nil {
+		var b []byte
+		b, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(b))
+		if err != nil {
+			err = fmt.Errorf("reading the answer: %w", err)
+		}
+	}
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return nil, &attemptTimeoutError{timeout: t.timeout}
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// retryableNetError reports whether a transport error is worth a retry:
+// refused or reset connections and answers cut short.
+func retryableNetError(err error) bool {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return true
+	case errors.As(err, &oe):
+		return true
+	case errors.As(err, &ne):
+		return true
+	}
+	return false
+}
+
+// backoff is the wait before attempt n+1: base·2^(n-1) capped, with equal
+// jitter (half fixed, half random) so many workers do not retry in step.
+func (t *retryTransport) backoff(n int) time.Duration {
+	d := t.base
+	for i := 1; i < n && d < t.cap; i++ {
+		d *= 2
+	}
+	d = min(d, t.cap)
+	if d <= 0 {
+		return 0
+	}
+	half := d / 2
+	return half + time.Duration(rand.Int64N(int64(half)+1))
+}
+
+// retryAfter parses Retry-After (seconds or an HTTP date) and the
+// retry-after-ms header some servers send.
+func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseFloat(v, 64); err == nil && secs >= 0 {
+		return time.Duration(secs * float64(time.Second)), true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(at.Sub(now), 0), true
+	}
+	return 0, false
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,594 @@
+package runtask
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/runtask/fakellm"
+)
+
+// sleepRecorder replaces the retry wait and records it.
+type sleepRecorder struct {
+	mu     sync.Mutex
+	delays []time.Duration
+}
+
+func (s *sleepRecorder) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.delays = append(s.delays, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func startFake(t *testing.T, script string) *fakellm.Server {
+	t.Helper()
+	sc, err := fakellm.Parse([]byte(script))
+	if err != nil {
+		t.Fatalf("script: %v", err)
+	}
+	srv := fakellm.Start(*sc)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func testSpec(t *testing.T, url string) ModelSpec {
+	return ModelSpec{
+		Alias: "test-" + strings.ReplaceAll(t.Name(), "/", "-"), BaseURL: url, Model: "qwen-test",
+		Timeout: 10 * time.Second, MaxAttempts: 3, RetryBase: 100 * time.Millisecond, RetryMax: 2 * time.Second,
+	}
+}
+
+func newTestClient(t *testing.T, spec ModelSpec, getenv func(string) string, opts ...ClientOption) ModelClient {
+	t.Helper()
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	c, err := NewClient(spec, getenv, opts...)
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	return c
+}
+
+var readFileTool = openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+	Name: "read_file", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`),
+}}
+var listDirTool = openai.Tool{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{
+	Name: "list_dir", Parameters: json.RawMessage(`{"type":"object"}`),
+}}
+
+func baseRequest() ModelRequest {
+	return ModelRequest{
+		Messages: []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleSystem, Content: "you are a worker"},
+			{Role: openai.ChatMessageRoleUser, Content: "fix the bug"},
+		},
+		Tools: []openai.Tool{readFileTool, listDirTool},
+	}
+}
+
+type wantCall struct{ name, args string }
+
+// TestQuirksThroughGoOpenAI plays each server quirk through the real
+// go-openai client against fakellm and checks the normalised reply.
+func TestQuirksThroughGoOpenAI(t *testing.T) {
+	two := `"toolCalls":[{"name":"read_file","arguments":{"path":"a.go"}},{"name":"list_dir","arguments":{"path":"."}}]`
+	twoCalls := []wantCall{{"read_file", `{"path":"a.go"}`}, {"list_dir", `{"path":"."}`}}
+	tests := []struct {
+		name      string
+		turn      string
+		content   string
+		calls     []wantCall
+		ids       []string // nil: only check unique, non-empty
+		finish    string
+		fixes     []string
+		usageNil  bool
+		wantUsage *Usage
+	}{
+		{name: "well formed", turn: `{` + two + `,"usage":{"promptTokens":11,"completionTokens":4}}`,
+			calls: twoCalls, ids: []string{"call_1_0", "call_1_1"}, finish: "tool_calls", wantUsage: &Usage{11, 4, 15}},
+		{name: "arguments object (llama.cpp)", turn: `{` + two + `,"quirks":["arguments-object"]}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixArgumentsObject}},
+		{name: "missing ids (llama.cpp)", turn: `{` + two + `,"quirks":["missing-ids"]}`,
+			calls: twoCalls, ids: []string{"call_1", "call_2"}, finish: "tool_calls", fixes: []string{FixMissingID}},
+		{name: "duplicate ids", turn: `{` + two + `,"quirks":["duplicate-ids"]}`,
+			calls: twoCalls, ids: []string{"call_0", "call_1"}, finish: "tool_calls", fixes: []string{FixDuplicateID}},
+		{name: "uuid ids (mlx)", turn: `{` + two + `,"quirks":["uuid-ids"]}`,
+			calls: twoCalls, finish: "tool_calls"},
+		{name: "missing type", turn: `{` + two + `,"quirks":["missing-type"]}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixMissingType}},
+		{name: "calls in content tags (ollama)", turn: `{"content":"I will look.",` + two + `,"quirks":["calls-in-content-tag"]}`,
+			content: "I will look.", calls: twoCalls, finish: "tool_calls", fixes: []string{FixCallsInContent, FixFinishReason}},
+		{name: "calls in content bare json (vllm wrong parser)", turn: `{` + two + `,"quirks":["calls-in-content-json"]}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixCallsInContent, FixFinishReason}},
+		{name: "legacy function_call", turn: `{` + two + `,"quirks":["legacy-function-call"]}`,
+			calls: twoCalls[:1], finish: "tool_calls", fixes: []string{FixFunctionCall}},
+		{name: "finish tool_call (old mlx)", turn: `{` + two + `,"finishReason":"tool_call"}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixFinishReason}},
+		{name: "finish stop with calls (vllm)", turn: `{` + two + `,"finishReason":"stop"}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixFinishReason}},
+		{name: "finish function_call", turn: `{` + two + `,"finishReason":"function_call"}`,
+			calls: twoCalls, finish: "tool_calls", fixes: []string{FixFinishReason}},
+		{name: "finish tool_calls without calls", turn: `{"content":"all done","finishReason":"tool_calls"}`,
+			content: "all done", finish: "stop", fixes: []string{FixFinishReason}},
+		{name: "finish null", turn: `{"content":"all done","finishReason":"null"}`,
+			content: "all done", finish: "stop", fixes: []string{FixFinishReason}},
+		{name: "length kept", turn: `{"content":"partial","finishReason":"length"}`,
+			content: "partial", finish: "length"},
+		{name: "usage missing is nil, not zero", turn: `{"content":"hi","quirks":["no-usage"]}`,
+			content: "hi", finish: "stop", usageNil: true, fixes: []string{FixUsageMissing}},
+		{name: "usage zero is zero", turn: `{"content":"hi","usage":{"promptTokens":0,"completionTokens":0}}`,
+			content: "hi", finish: "stop", wantUsage: &Usage{}},
+		{name: "everything at once", turn: `{` + two + `,"quirks":["arguments-object","missing-ids","missing-type","no-usage"],"finishReason":"stop"}`,
+			calls: twoCalls, ids: []string{"call_1", "call_2"}, finish: "tool_calls", usageNil: true,
+			fixes: []string{FixArgumentsObject, FixMissingID, FixMissingType, FixFinishReason, FixUsageMissing}},
+		{name: "json answer naming no offered tool stays content", turn: `{"content":"{\"name\":\"delete_repo\",\"arguments\":{}}"}`,
+			content: `{"name":"delete_repo","arguments":{}}`, finish: "stop"},
+		{name: "invalid arguments string passes through", turn: `{"toolCalls":[{"name":"read_file","arguments":"{\"path\": "}]}`,
+			calls: []wantCall{{"read_file", `{"path": `}}, finish: "tool_calls"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startFake(t, `{"model":"qwen2.5-coder","turns":[`+tt.turn+`]}`)
+			c := newTestClient(t, testSpec(t, srv.URL()), nil)
+			reply, err := c.Complete(context.Background(), baseRequest())
+			if err != nil {
+				t.Fatalf("Complete: %v", err)
+			}
+			if reply.Message.Role != "assistant" || reply.Model != "qwen2.5-coder" {
+				t.Errorf("role %q model %q", reply.Message.Role, reply.Model)
+			}
+			if reply.Message.Content != tt.content {
+				t.Errorf("content %q, want %q", reply.Message.Content, tt.content)
+			}
+			if reply.FinishReason != tt.finish {
+				t.Errorf("finish %q, want %q", reply.FinishReason, tt.finish)
+			}
+			if len(reply.Message.ToolCalls) != len(tt.calls) {
+				t.Fatalf("calls %+v, want %v", reply.Message.ToolCalls, tt.calls)
+			}
+			seen := map[string]bool{}
+			for i, c := range reply.Message.ToolCalls {
+				if c.Function.Name != tt.calls[i].name || c.Function.Arguments != tt.calls[i].args {
+					t.Errorf("call %d: %s(%s), want %s(%s)", i, c.Function.Name, c.Function.Arguments, tt.calls[i].name, tt.calls[i].args)
+				}
+				if c.Type != openai.ToolTypeFunction || c.ID == "" || seen[c.ID] {
+					t.Errorf("call %d: type %q id %q (seen %v)", i, c.Type, c.ID, seen)
+				}
+				seen[c.ID] = true
+				if tt.ids != nil && c.ID != tt.ids[i] {
+					t.Errorf("call %d id %q, want %q", i, c.ID, tt.ids[i])
+				}
+			}
+			if tt.usageNil != (reply.Usage == nil) {
+				t.Errorf("usage %+v, want nil=%v", reply.Usage, tt.usageNil)
+			}
+			if tt.wantUsage != nil && (reply.Usage == nil || *reply.Usage != *tt.wantUsage) {
+				t.Errorf("usage %+v, want %+v", reply.Usage, tt.wantUsage)
+			}
+			for _, f := range tt.fixes {
+				if !containsString(reply.Quirks, f) {
+					t.Errorf("quirks %v lack %q", reply.Quirks, f)
+				}
+			}
+			if tt.fixes == nil && len(reply.Quirks) > 0 && tt.name == "well formed" {
+				t.Errorf("well-formed answer reported fixes %v", reply.Quirks)
+			}
+		})
+	}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestIDsUniqueAcrossConversation: a server that numbers ids per turn
+// (call_0 every time) gets fresh ids when the id is already in the history.
+func TestIDsUniqueAcrossConversation(t *testing.T) {
+	srv := startFake(t, `[{"toolCalls":[{"id":"call_0","name":"read_file","arguments":{}}]}]`)
+	c := newTestClient(t, testSpec(t, srv.URL()), nil)
+	req := baseRequest()
+	req.Messages = append(req.Messages,
+		openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "call_0", Type: "function", Function: openai.FunctionCall{Name: "list_dir", Arguments: "{}"}}}},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_0", Content: "a.go"},
+	)
+	reply, err := c.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := reply.Message.ToolCalls[0].ID; id == "call_0" || id == "" {
+		t.Fatalf("id %q repeats the history", id)
+	}
+}
+
+// TestRequestFixes: what the server receives. Ollama answers 400 when an
+// assistant message omits content (go-openai omits an empty one); empty
+// tool results are sent as a placeholder; temperature 0 is sent.
+func TestRequestFixes(t *testing.T) {
+	srv := startFake(t, `{"rejectMissingContent":true,"turns":[{"content":"ok"}]}`)
+	spec := testSpec(t, srv.URL())
+	zero := 0.0
+	spec.Temperature = &zero
+	spec.MaxTokens = 512
+	c := newTestClient(t, spec, nil)
+	req := baseRequest()
+	req.Messages = append(req.Messages,
+		openai.ChatCompletionMessage{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "call_9", Type: "function", Function: openai.FunctionCall{Name: "read_file", Arguments: `{"path":"empty.txt"}`}}}},
+		openai.ChatCompletionMessage{Role: "tool", ToolCallID: "call_9", Content: ""},
+	)
+	reply, err := c.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if !containsString(reply.Quirks, FixContentAbsent) || !containsString(reply.Quirks, FixEmptyToolResult) {
+		t.Errorf("quirks %v", reply.Quirks)
+	}
+	got := srv.ChatRequests()[0]
+	if got.Model != "qwen-test" || got.MaxTokens != 512 || got.Temperature == nil || *got.Temperature != 0 {
+		t.Errorf("model %q max_tokens %d temperature %v", got.Model, got.MaxTokens, got.Temperature)
+	}
+	if len(got.ToolNames()) != 2 {
+		t.Errorf("tools %v", got.ToolNames())
+	}
+	asst, tool := got.Messages[2], got.Messages[3]
+	if string(asst.Content) != `""` || len(asst.ToolCalls) != 1 || asst.ToolCalls[0].ID != "call_9" {
+		t.Errorf("assistant message sent as %+v", asst)
+	}
+	if tool.Text() != EmptyToolResult || tool.ToolCallID != "call_9" {
+		t.Errorf("tool message sent as %+v", tool)
+	}
+}
+
+func TestRetries(t *testing.T) {
+	tests := []struct {
+		name     string
+		turns    string
+		attempts int
+		wantErr  string // "" : success
+		status   int
+		requests int
+		delays   []time.Duration // exact delays; nil: check count and bounds
+		ndelays  int
+	}{
+		{name: "429 then success", turns: `{"error":{"status":429}},{"content":"ok"}`, attempts: 3, requests: 2, ndelays: 1},
+		{name: "503 twice then success", turns: `{"error":{"status":503}},{"error":{"status":502}},{"content":"ok"}`, attempts: 3, requests: 3, ndelays: 2},
+		{name: "500 every time gives up", turns: `{"error":{"status":500,"message":"boom"}},{"error":{"status":500,"message":"boom"}},{"error":{"status":500,"message":"boom"}},{"content":"never"}`,
+			attempts: 3, wantErr: "HTTP 500 after 3 attempts: boom", status: 500, requests: 3, ndelays: 2},
+		{name: "Retry-After honoured", turns: `{"error":{"status":429,"retryAfter":"1"}},{"content":"ok"}`, attempts: 3, requests: 2, delays: []time.Duration{time.Second}},
+		{name: "Retry-After capped", turns: `{"error":{"status":429,"retryAfter":"3600"}},{"content":"ok"}`, attempts: 3, requests: 2, delays: []time.Duration{2 * time.Second}},
+		{name: "400 not retried", turns: `{"error":{"status":400,"message":"bad tool schema"}},{"content":"never"}`,
+			attempts: 3, wantErr: "HTTP 400: bad tool schema (invalid_request_error)", status: 400, requests: 1},
+		{name: "404 not retried", turns: `{"error":{"status":404,"body":"<html>not found</html>"}},{"content":"never"}`,
+			attempts: 3, wantErr: `HTTP 404: answer: "<html>not found</html>"`, status: 404, requests: 1},
+		{name: "501 not retried", turns: `{"error":{"status":501}},{"content":"never"}`, attempts: 3, wantErr: "HTTP 501", status: 501, requests: 1},
+		{name: "one attempt", turns: `{"error":{"status":429}},{"content":"never"}`, attempts: 1, wantErr: "HTTP 429", status: 429, requests: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startFake(t, `[`+tt.turns+`]`)
+			spec := testSpec(t, srv.URL())
+			spec.MaxAttempts = tt.attempts
+			rec := &sleepRecorder{}
+			c := newTestClient(t, spec, nil, withSleep(rec.sleep))
+			reply, err := c.Complete(context.Background(), baseRequest())
+			if tt.wantErr == "" {
+				if err != nil || reply.Message.Content != "ok" {
+					t.Fatalf("reply %+v err %v", reply, err)
+				}
+			} else {
+				var me *ModelError
+				if !errors.As(err, &me) || !strings.Contains(err.Error(), tt.wantErr) || me.Status != tt.status {
+					t.Fatalf("err %v, want a ModelError containing %q with status %d", err, tt.wantErr, tt.status)
+				}
+				if !strings.Contains(err.Error(), srv.URL()) || !strings.Contains(err.Error(), spec.Alias) {
+					t.Errorf("error does not name the server: %v", err)
+				}
+			}
+			if n := len(srv.Requests()); n != tt.requests {
+				t.Errorf("server saw %d requests, want %d", n, tt.requests)
+			}
+			if tt.delays != nil {
+				if len(rec.delays) != len(tt.delays) {
+					t.Fatalf("delays %v, want %v", rec.delays, tt.delays)
+				}
+				for i := range tt.delays {
+					if rec.delays[i] != tt.delays[i] {
+						t.Errorf("delay %d = %v, want %v", i, rec.delays[i], tt.delays[i])
+					}
+				}
+			} else if len(rec.delays) != tt.ndelays {
+				t.Errorf("delays %v, want %d", rec.delays, tt.ndelays)
+			}
+			// Exponential with equal jitter: attempt n waits in [b·2^(n-1)/2, b·2^(n-1)].
+			if tt.delays == nil {
+				for i, d := range rec.delays {
+					hi := spec.RetryBase << i
+					if d < hi/2 || d > hi {
+						t.Errorf("delay %d = %v, want within [%v, %v]", i, d, hi/2, hi)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestBackoffBounded(t *testing.T) {
+	rt := &retryTransport{base: 500 * time.Millisecond, cap: 30 * time.Second}
+	for n := 1; n < 40; n++ {
+		d := rt.backoff(n)
+		if d < 0 || d > 30*time.Second {
+			t.Fatalf("backoff(%d) = %v", n, d)
+		}
+	}
+	if d := rt.backoff(30); d < 15*time.Second {
+		t.Fatalf("late backoff %v below half the cap", d)
+	}
+}
+
+func TestRetryAfterParsing(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		h    http.Header
+		want time.Duration
+		ok   bool
+	}{
+		{http.Header{"Retry-After": {"7"}}, 7 * time.Second, true},
+		{http.Header{"Retry-After": {"0.5"}}, 500 * time.Millisecond, true},
+		{http.Header{"Retry-After": {now.Add(90 * time.Second).Format(http.TimeFormat)}}, 90 * time.Second, true},
+		{http.Header{"Retry-After": {now.Add(-time.Hour).Format(http.TimeFormat)}}, 0, true},
+		{http.Header{"Retry-After-Ms": {"250"}}, 250 * time.Millisecond, true},
+		{http.Header{"Retry-After": {"soon"}}, 0, false},
+		{http.Header{"Retry-After": {"-3"}}, 0, false},
+		{http.Header{}, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := retryAfter(tt.h, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("%v: got %v %v, want %v %v", tt.h, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestContextCancelsRetryWait(t *testing.T) {
+	srv := startFake(t, `[{"error":{"status":429,"retryAfter":"3600"}},{"content":"never"}]`)
+	spec := testSpec(t, srv.URL())
+	spec.RetryMax = time.Hour
+	c := newTestClient(t, spec, nil) // the real sleep
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		for len(srv.Requests()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err := c.Complete(ctx, baseRequest())
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("%d requests after cancel", n)
+	}
+}
+
+func TestAttemptTimeout(t *testing.T) {
+	srv := startFake(t, `[{"latencyMs":2000,"content":"late"}]`)
+	spec := testSpec(t, srv.URL())
+	spec.Timeout = 50 * time.Millisecond
+	c := newTestClient(t, spec, nil)
+	_, err := c.Complete(context.Background(), baseRequest())
+	var me *ModelError
+	if !errors.As(err, &me) || !strings.Contains(err.Error(), "no answer within the timeout of 50ms") {
+		t.Fatalf("err %v", err)
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Fatalf("a timed-out attempt was retried: %d requests", n)
+	}
+}
+
+func TestGarbageAnswer(t *testing.T) {
+	srv := startFake(t, `[{"content":"x","quirks":["garbage"]}]`)
+	c := newTestClient(t, testSpec(t, srv.URL()), nil)
+	_, err := c.Complete(context.Background(), baseRequest())
+	var me *ModelError
+	if !errors.As(err, &me) {
+		t.Fatalf("err %v", err)
+	}
+	for _, want := range []string{srv.URL(), "HTTP 200: answer is not JSON (text/html", "text/html", "502 Bad Gateway"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if n := len(srv.Requests()); n != 1 {
+		t.Errorf("garbage was retried: %d requests", n)
+	}
+}
+
+func TestNetworkErrorsRetriedThenReported(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens: connection refused
+	spec := testSpec(t, "http://"+addr+"/v1")
+	rec := &sleepRecorder{}
+	c := newTestClient(t, spec, nil, withSleep(rec.sleep))
+	_, err = c.Complete(context.Background(), baseRequest())
+	var me *ModelError
+	if !errors.As(err, &me) || me.Status != 0 || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("err %v", err)
+	}
+	if len(rec.delays) != spec.MaxAttempts-1 || me.Attempts != spec.MaxAttempts {
+		t.Fatalf("delays %v attempts %d", rec.delays, me.Attempts)
+	}
+}
+
+func TestAPIKey(t *testing.T) {
+	const key = "sk-test-4f9a1c0b7e2d44d1a5f0c3b2e1d0f9a8"
+	getenv := func(name string) string {
+		if name == "FAKE_MODEL_KEY" {
+			return key
+		}
+		return ""
+	}
+	t.Run("unset variable", func(t *testing.T) {
+		spec := testSpec(t, "http://127.0.0.1:1/v1")
+		spec.APIKeyEnv = "MISSING_MODEL_KEY"
+		_, err := NewClient(spec, getenv)
+		if err == nil || !strings.Contains(err.Error(), "MISSING_MODEL_KEY is not set") {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("sent, and never in errors or logs", func(t *testing.T) {
+		// The server echoes the key in its error, as some proxies do.
+		srv := startFake(t, `{"requireBearer":"`+key+`","turns":[
+			{"forbid":["`+key+`"],"content":"hello"},
+			{"error":{"status":401,"message":"Incorrect API key provided: `+key+`"}},
+			{"error":{"status":500,"body":"upstream said `+key+`"}},
+			{"error":{"status":500,"body":"upstream said `+key+`"}},
+			{"error":{"status":500,"body":"upstream said `+key+`"}}
+		]}`)
+		spec := testSpec(t, srv.URL())
+		spec.APIKeyEnv = "FAKE_MODEL_KEY"
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		rec := &sleepRecorder{}
+		c := newTestClient(t, spec, getenv, WithLogger(logger), withSleep(rec.sleep))
+		if _, err := c.Complete(context.Background(), baseRequest()); err != nil {
+			t.Fatalf("first call: %v", err)
+		}
+		reqs := srv.Requests()
+		if got := reqs[0].Header.Get("Authorization"); got != "Bearer "+key {
+			t.Fatalf("Authorization %q", got)
+		}
+		var errs []string
+		for i := 0; i < 2; i++ {
+			_, err := c.Complete(context.Background(), baseRequest())
+			if err == nil {
+				t.Fatalf("call %d: want an error", i+2)
+			}
+			errs = append(errs, err.Error())
+		}
+		if !strings.Contains(errs[0], "[REDACTED]") || !strings.Contains(errs[1], "[REDACTED]") {
+			t.Errorf("errors not redacted as expected: %q", errs)
+		}
+		if len(srv.Mismatches()) != 0 {
+			t.Errorf("mismatches: %v", srv.Mismatches())
+		}
+		if !strings.Contains(logs.String(), "model request") || !strings.Contains(logs.String(), "retrying") {
+			t.Errorf("nothing logged: %s", logs.String())
+		}
+		all := logs.String() + strings.Join(errs, "\n") + fmtSpec(spec)
+		if strings.Contains(all, key) || strings.Contains(all, key[8:20]) {
+			t.Fatalf("the key leaked:\n%s", all)
+		}
+	})
+}
+
+func fmtSpec(s ModelSpec) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func TestLimiterBoundsConcurrentRequests(t *testing.T) {
+	srv := startFake(t, `{"turns":[],"final":{"content":"done","latencyMs":30}}`)
+	spec := testSpec(t, srv.URL())
+	spec.MaxConcurrent = 2
+	// Two clients of the same alias share the process-wide limiter.
+	c1 := newTestClient(t, spec, nil)
+	c2 := newTestClient(t, spec, nil)
+	lim := Limiter(spec.Alias)
+	if lim.Max() != 2 {
+		t.Fatalf("max %d", lim.Max())
+	}
+	var mu sync.Mutex
+	peak := 0
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			n := lim.InUse()
+			mu.Lock()
+			peak = max(peak, n)
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(c ModelClient) {
+			defer wg.Done()
+			if _, err := c.Complete(context.Background(), baseRequest()); err != nil {
+				t.Error(err)
+			}
+		}([]ModelClient{c1, c2}[i%2])
+	}
+	wg.Wait()
+	close(stop)
+	<-done
+	if peak > 2 || peak == 0 {
+		t.Fatalf("peak in use %d, want 1..2", peak)
+	}
+	if lim.InUse() != 0 {
+		t.Fatalf("slots leaked: %d", lim.InUse())
+	}
+}
+
+func TestLimiterAcquireHonoursContext(t *testing.T) {
+	l := &AliasLimiter{changed: make(chan struct{})}
+	l.SetMax(1)
+	release, err := l.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		r, err := l.Acquire(context.Background())
+		if err == nil {
+			r()
+		}
+		got <- err
+	}()
+	release()
+	release() // twice is harmless
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if l.InUse() != 0 {
+		t.Fatalf("in use %d", l.InUse())
+	}
+	l.SetMax(0) // unlimited
+	for i := 0; i < 5; i++ {
+		if _, err := l.Acquire(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

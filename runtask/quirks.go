@@ -1,0 +1,440 @@
+package runtask
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Quirk fixes, as listed in ModelReply.Quirks and the debug log.
+const (
+	FixArgumentsObject = "arguments-object" // arguments sent as a JSON value, turned into a string
+	FixArgumentsAbsent = "arguments-absent" // no arguments: "{}"
+	FixMissingID       = "missing-id"       // a call without id got call_<n>
+	FixDuplicateID     = "duplicate-id"     // a call id seen before got call_<n>
+	FixMissingType     = "missing-type"     // a call without type got "function"
+	FixCallsInContent  = "calls-in-content" // calls written in content were lifted into tool_calls
+	FixFunctionCall    = "legacy-function-call"
+	FixFinishReason    = "finish-reason"     // finish_reason rewritten
+	FixUsageMissing    = "usage-missing"     // no usage reported: Usage is nil
+	FixContentAbsent   = "content-absent"    // request: a message without content got ""
+	FixEmptyToolResult = "empty-tool-result" // request: an empty tool result got a placeholder
+)
+
+// EmptyToolResult replaces an empty tool result in requests: some servers
+// drop or reject empty tool messages, and models read silence badly.
+const EmptyToolResult = "(no output)"
+
+// chatRequestInfo is what the response normaliser needs to know about the
+// request it answers.
+type chatRequestInfo struct {
+	priorIDs map[string]bool // tool call ids already in the conversation
+	tools    map[string]bool // names of the tools offered
+}
+
+// normalizeChatRequest rewrites a chat completion request body for servers'
+// needs: every message carries "content" (go-openai omits an empty one and
+// Ollama then answers 400), an empty tool result becomes EmptyToolResult, and
+// temperature is set when given (go-openai cannot send 0). Other fields pass
+// through unchanged.
+func normalizeChatRequest(body []byte, temperature *float64) ([]byte, chatRequestInfo, []string, error) {
+	info := chatRequestInfo{priorIDs: map[string]bool{}, tools: map[string]bool{}}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, info, nil, fmt.Errorf("chat request is not a JSON object: %w", err)
+	}
+	var msgs []map[string]json.RawMessage
+	if raw, ok := top["messages"]; ok {
+		if err := json.Unmarshal(raw, &msgs); err != nil {
+			return nil, info, nil, fmt.Errorf("chat request messages: %w", err)
+		}
+	}
+	var fixes []string
+	for _, m := range msgs {
+		var role string
+		_ = json.Unmarshal(m["role"], &role)
+		content, has := m["content"]
+		empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
+		switch {
+		case role == "tool" && empty:
+			m["content"] = mustJSON(EmptyToolResult)
+			fixes = appendFix(fixes, FixEmptyToolResult)
+		case !has || isJSONNull(content):
+			m["content"] = json.RawMessage(`""`)
+			fixes = appendFix(fixes, FixContentAbsent)
+		}
+		var calls []struct {
+			ID string `json:"id"`
+		}
+		if raw, ok := m["tool_calls"]; ok && json.Unmarshal(raw, &calls) == nil {
+			for _, c := range calls {
+				if c.ID != "" {
+					info.priorIDs[c.ID] = true
+				}
+			}
+		}
+	}
+	if msgs != nil {
+		top["messages"] = mustJSON(msgs)
+	}
+	var tools []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if raw, ok := top["tools"]; ok && json.Unmarshal(raw, &tools) == nil {
+		for _, t := range tools {
+			if t.Function.Name != "" {
+				info.tools[t.Function.Name] = true
+			}
+		}
+	}
+	if temperature != nil {
+		top["temperature"] = mustJSON(*temperature)
+	}
+	out, err := json.Marshal(top)
+	if err != nil {
+		return nil, info, nil, err
+	}
+	return out, info, fixes, nil
+}
+
+// chatResponseInfo is what normalising a response learned.
+type chatResponseInfo struct {
+	usagePresent bool
+	fixes        []string
+	finishRaw    string // finish_reason as the server sent it (first choice)
+}
+
+// notJSONError is a 2xx answer whose body is not a JSON object.
+type notJSONError struct {
+	status      int
+	contentType string
+	snippet     string
+}
+
+func (e *notJSONError) Error() string {
+	ct := e.contentType
+	if ct == "" {
+		ct = "no content type"
+	}
+	return fmt.Sprintf("answer is not JSON (%s): %q", ct, e.snippet)
+}
+
+// snippet is the start of a body for an error message: at most n bytes,
+// valid UTF-8.
+func snippet(b []byte, n int) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		b = append(bytes.ToValidUTF8(b[:n], nil), "…"...)
+	}
+	return string(bytes.ToValidUTF8(b, []byte("?")))
+}
+
+// normalizeChatResponse rewrites a chat completion answer into the shape
+// go-openai decodes and the tool loop expects: every tool call has a string
+// "arguments", a "type" and an id unique in the conversation; calls written
+// in content (<tool_call> tags, or bare JSON naming an offered tool) and
+// legacy function_call are lifted into tool_calls; finish_reason is
+// "tool_calls" whenever calls are present. It reports whether "usage" was
+// present (go-openai turns a missing usage into zeros).
+func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatResponseInfo, error) {
+	var info chatResponseInfo
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nil, info, err
+	}
+	if u, ok := top["usage"]; ok && !isJSONNull(u) {
+		info.usagePresent = true
+	} else {
+		info.fixes = appendFix(info.fixes, FixUsageMissing)
+	}
+	var choices []map[string]json.RawMessage
+	if raw, ok := top["choices"]; ok && !isJSONNull(raw) {
+		if err := json.Unmarshal(raw, &choices); err != nil {
+			return nil, info, fmt.Errorf("choices: %w", err)
+		}
+	}
+	used := map[string]bool{}
+	for id := range req.priorIDs {
+		used[id] = true
+	}
+	next := len(used) + 1
+	newID := func() string {
+		for {
+			id := "call_" + strconv.Itoa(next)
+			next++
+			if !used[id] {
+				used[id] = true
+				return id
+			}
+		}
+	}
+	for ci, ch := range choices {
+		var msg map[string]json.RawMessage
+		if raw, ok := ch["message"]; ok && !isJSONNull(raw) {
+			if err := json.Unmarshal(raw, &msg); err != nil {
+				return nil, info, fmt.Errorf("choices[%d].message: %w", ci, err)
+			}
+		} else {
+			msg = map[string]json.RawMessage{}
+		}
+		var calls []map[string]json.RawMessage
+		if raw, ok := msg["tool_calls"]; ok && !isJSONNull(raw) {
+			if err := json.Unmarshal(raw, &calls); err != nil {
+				return nil, info, fmt.Errorf("choices[%d].message.tool_calls: %w", ci, err)
+			}
+		}
+		if fc, ok := msg["function_call"]; ok && !isJSONNull(fc) {
+			if len(calls) == 0 {
+				calls = []map[string]json.RawMessage{{"function": fc}}
+				info.fixes = appendFix(info.fixes, FixFunctionCall)
+			}
+			delete(msg, "function_call")
+		}
+		if len(calls) == 0 {
+			var content string
+			if json.Unmarshal(msg["content"], &content) == nil && content != "" {
+				if rest, lifted := liftContentCalls(content, req.tools); len(lifted) > 0 {
+					msg["content"] = mustJSON(rest)
+					calls = lifted
+					info.fixes = appendFix(info.fixes, FixCallsInContent)
+				}
+			}
+		}
+		for _, c := range calls {
+			var id string
+			_ = json.Unmarshal(c["id"], &id)
+			switch {
+			case id == "":
+				c["id"] = mustJSON(newID())
+				info.fixes = appendFix(info.fixes, FixMissingID)
+			case used[id]:
+				c["id"] = mustJSON(newID())
+				info.fixes = appendFix(info.fixes, FixDuplicateID)
+			default:
+				used[id] = true
+			}
+			var typ string
+			if json.Unmarshal(c["type"], &typ) != nil || typ == "" {
+				c["type"] = mustJSON("function")
+				info.fixes = appendFix(info.fixes, FixMissingType)
+			}
+			fn := map[string]json.RawMessage{}
+			if raw, ok := c["function"]; ok && !isJSONNull(raw) {
+				if err := json.Unmarshal(raw, &fn); err != nil {
+					return nil, info, fmt.Errorf("choices[%d].message.tool_calls: function: %w", ci, err)
+				}
+			}
+			args, fix := argumentsString(fn["arguments"])
+			if fix != "" {
+				info.fixes = appendFix(info.fixes, fix)
+			}
+			fn["arguments"] = mustJSON(args)
+			c["function"] = mustJSON(fn)
+			delete(c, "index") // a streaming field; meaningless here
+		}
+		if len(calls) > 0 {
+			msg["tool_calls"] = mustJSON(calls)
+		} else {
+			delete(msg, "tool_calls")
+		}
+		if _, ok := msg["role"]; !ok {
+			msg["role"] = mustJSON("assistant")
+		}
+		if c, ok := msg["content"]; ok && !isJSONNull(c) {
+			// Multi-part content in an answer is rare; keep the text.
+			var s string
+			if json.Unmarshal(c, &s) != nil {
+				msg["content"] = mustJSON(contentPartsText(c))
+			}
+		}
+		ch["message"] = mustJSON(msg)
+
+		var finish string
+		_ = json.Unmarshal(ch["finish_reason"], &finish)
+		if ci == 0 {
+			info.finishRaw = finish
+		}
+		want := finish
+		switch {
+		case len(calls) > 0:
+			want = "tool_calls"
+		case finish == "", finish == "tool_calls", finish == "tool_call", finish == "function_call":
+			want = "stop"
+		}
+		if want != finish {
+			info.fixes = appendFix(info.fixes, FixFinishReason)
+		}
+		ch["finish_reason"] = mustJSON(want)
+	}
+	if choices != nil {
+		top["choices"] = mustJSON(choices)
+	}
+	out, err := json.Marshal(top)
+	return out, info, err
+}
+
+// argumentsString turns a call's arguments into the JSON string OpenAI
+// sends: a string stays as is (even if it is not valid JSON: the loop tells
+// the model), an object or other value is compacted, absent is "{}".
+func argumentsString(raw json.RawMessage) (string, string) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || isJSONNull(raw) {
+		return "{}", FixArgumentsAbsent
+	}
+	if raw[0] == '"' {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			if strings.TrimSpace(s) == "" {
+				return "{}", FixArgumentsAbsent
+			}
+			return s, ""
+		}
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return string(raw), FixArgumentsObject
+	}
+	return buf.String(), FixArgumentsObject
+}
+
+var (
+	toolCallTag   = regexp.MustCompile(`(?s)<tool_call>\s*(.*?)\s*(?:</tool_call>|$)`)
+	jsonFence     = regexp.MustCompile("(?s)^```(?:json)?\\s*(.*?)\\s*```$")
+	contentCallOK = map[string]bool{"name": true, "arguments": true, "parameters": true, "type": true, "id": true, "function": true}
+)
+
+// liftContentCalls finds tool calls a model wrote into its content instead
+// of tool_calls: <tool_call>{"name":..,"arguments":{..}}</tool_call> blocks
+// (Hermes/Qwen templates; a missing closing tag at the end is accepted), or
+// a content that is only a JSON call object or array of them, optionally in
+// a ```json fence, naming tools the request offered. It returns the content
+// left over and the calls; no calls when nothing parses.
+func liftContentCalls(content string, tools map[string]bool) (string, []map[string]json.RawMessage) {
+	if strings.Contains(content, "<tool_call>") {
+		var calls []map[string]json.RawMessage
+		rest := toolCallTag.ReplaceAllStringFunc(content, func(block string) string {
+			m := toolCallTag.FindStringSubmatch(block)
+			c, ok := parseContentCall([]byte(m[1]))
+			if !ok {
+				return block // leave what does not parse for the model to see
+			}
+			calls = append(calls, c)
+			return ""
+		})
+		if len(calls) > 0 {
+			return strings.TrimSpace(rest), calls
+		}
+		return content, nil
+	}
+	if len(tools) == 0 {
+		return content, nil
+	}
+	text := strings.TrimSpace(content)
+	if m := jsonFence.FindStringSubmatch(text); m != nil {
+		text = m[1]
+	}
+	if text == "" || (text[0] != '{' && text[0] != '[') {
+		return content, nil
+	}
+	var items []json.RawMessage
+	if text[0] == '[' {
+		if json.Unmarshal([]byte(text), &items) != nil || len(items) == 0 {
+			return content, nil
+		}
+	} else {
+		items = []json.RawMessage{json.RawMessage(text)}
+	}
+	var calls []map[string]json.RawMessage
+	for _, it := range items {
+		c, ok := parseContentCall(it)
+		if !ok {
+			return content, nil
+		}
+		var fn struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(c["function"], &fn)
+		if !tools[fn.Name] {
+			return content, nil // JSON the model meant as an answer
+		}
+		calls = append(calls, c)
+	}
+	return "", calls
+}
+
+// parseContentCall parses {"name": .., "arguments"|"parameters": ..} or the
+// OpenAI shape {"type":"function","function":{"name":..,"arguments":..}}
+// into a tool call object.
+func parseContentCall(b []byte) (map[string]json.RawMessage, bool) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(bytes.TrimSpace(b), &obj) != nil {
+		return nil, false
+	}
+	for k := range obj {
+		if !contentCallOK[k] {
+			return nil, false
+		}
+	}
+	if fn, ok := obj["function"]; ok {
+		var inner map[string]json.RawMessage
+		if json.Unmarshal(fn, &inner) != nil {
+			return nil, false
+		}
+		obj = inner
+	}
+	var name string
+	if json.Unmarshal(obj["name"], &name) != nil || name == "" {
+		return nil, false
+	}
+	args, ok := obj["arguments"]
+	if !ok {
+		args = obj["parameters"]
+	}
+	fn := map[string]json.RawMessage{"name": mustJSON(name)}
+	if args != nil {
+		fn["arguments"] = args
+	}
+	return map[string]json.RawMessage{"type": mustJSON("function"), "function": mustJSON(fn)}, true
+}
+
+func contentPartsText(raw json.RawMessage) string {
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return string(raw)
+	}
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		texts = append(texts, p.Text)
+	}
+	return strings.Join(texts, "\n")
+}
+
+func isJSONNull(raw json.RawMessage) bool {
+	return bytes.Equal(bytes.TrimSpace(raw), []byte("null"))
+}
+
+func mustJSON(v any) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only called with values that always encode
+	}
+	return json.RawMessage(bytes.TrimRight(buf.Bytes(), "\n"))
+}
+
+func appendFix(fixes []string, f string) []string {
+	for _, x := range fixes {
+		if x == f {
+			return fixes
+		}
+	}
+	return append(fixes, f)
+}

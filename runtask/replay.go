@@ -1,0 +1,130 @@
+package runtask
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/conductor-dev/conductor/runtask/fakellm/modelscript"
+)
+
+// replayBaseURL is the base URL replayed requests claim; nothing listens
+// there and nothing is dialled: requests are answered in memory.
+const replayBaseURL = "http://replay.invalid/v1"
+
+// replayClient plays a fakellm script with no network: the script's handler
+// answers in memory, through the same go-openai client and quirk handling as
+// a real server, so a replayed turn is normalised exactly like a live one.
+// An unmet expect/expectLast/forbid of the script is an error: the
+// conversation diverged from the recording.
+type replayClient struct {
+	file  string
+	h     *modelscript.Handler
+	inner *httpClient
+
+	mu   sync.Mutex
+	seen int // mismatches already reported
+}
+
+// NewReplay loads a fakellm script (see package fakellm for the format) and
+// returns a model client that plays it. Retries of scripted 429/5xx turns
+// happen at once; scripted latency is honoured.
+func NewReplay(file string, opts ...ClientOption) (ModelClient, error) {
+	script, err := modelscript.Load(file)
+	if err != nil {
+		return nil, fmt.Errorf("replay model: %w", err)
+	}
+	h := modelscript.NewHandler(script)
+	spec := ModelSpec{
+		Alias:       ReplayPrefix + file,
+		BaseURL:     replayBaseURL,
+		Model:       "replay",
+		MaxAttempts: DefaultMaxAttempts,
+		Source:      "replay",
+	}
+	if script.Model != "" {
+		spec.Model = script.Model
+	}
+	o := clientOptions{sleep: sleepCtx}
+	for _, f := range opts {
+		f(&o)
+	}
+	o.transport = handlerTransport{h}
+	o.now = time.Now
+	// A private, unlimited limiter: replays share no server.
+	c := newHTTPClient(spec, "", &AliasLimiter{changed: make(chan struct{})}, o)
+	return &replayClient{file: file, h: h, inner: c}, nil
+}
+
+// Complete answers with the next scripted turn.
+func (r *replayClient) Complete(ctx context.Context, req ModelRequest) (ModelReply, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock() // a recorded conversation is one turn at a time
+	reply, err := r.inner.Complete(ctx, req)
+	if err != nil {
+		return ModelReply{}, fmt.Errorf("replay %s: %w", r.file, err)
+	}
+	if ms := r.h.Mismatches(); len(ms) > r.seen {
+		fresh := ms[r.seen:]
+		r.seen = len(ms)
+		texts := make([]string, len(fresh))
+		for i, m := range fresh {
+			texts[i] = m.String()
+		}
+		return ModelReply{}, fmt.Errorf("replay %s: the conversation diverged from the recording: %s", r.file, strings.Join(texts, "; "))
+	}
+	return reply, nil
+}
+
+// handlerTransport answers requests with an http.Handler in memory.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := req.Context().Err(); err != nil {
+		return nil, err
+	}
+	w := &memResponse{header: http.Header{}}
+	t.h.ServeHTTP(w, req)
+	if err := req.Context().Err(); err != nil {
+		return nil, err
+	}
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return &http.Response{
+		Status:        fmt.Sprintf("%d %s", w.status, http.StatusText(w.status)),
+		StatusCode:    w.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        w.header,
+		Body:          io.NopCloser(bytes.NewReader(w.body.Bytes())),
+		ContentLength: int64(w.body.Len()),
+		Request:       req,
+	}, nil
+}
+
+// memResponse is an in-memory http.ResponseWriter.
+type memResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (w *memResponse) Header() http.Header { return w.header }
+
+func (w *memResponse) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *memResponse) Write(b []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(b)
+}
