@@ -1,0 +1,173 @@
+package runtask
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+)
+
+// checkpoint writes the run's resumable state to the store: the bounded tool
+// history, the files changed (path + content hash, never bodies), the
+// worktree. Failures are warnings: the session state on disk still holds
+// every step.
+func (r *runner) checkpoint(ctx context.Context) {
+	if r.opts.Store == nil {
+		return
+	}
+	st := r.state
+	hist, err := json.Marshal(st.History)
+	if err != nil {
+		r.warnf("checkpoint: %v", err)
+		return
+	}
+	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
+		Worktree: st.Worktree, CreatedAt: r.now()}
+	if err := r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp); err != nil {
+		r.warnf("checkpoint %s at step %d: %v", st.RunID, st.Step, err)
+	}
+}
+
+// checkpointState rebuilds a session state from the store's latest
+// checkpoint of runID (the session folder is missing or holds another run):
+// the conversation restarts with the earlier steps summarised in the system
+// prompt.
+func (r *runner) checkpointState(ctx context.Context, runID string) (*sessionState, error) {
+	if r.opts.Store == nil {
+		return nil, fmt.Errorf("resume %s: no session state for it and no bus store to read a checkpoint from", runID)
+	}
+	cp, err := r.opts.Store.LatestCheckpoint(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("resume %s: no checkpoint: %w", runID, err)
+	}
+	dir := runrec.Dir(r.cfg.RunDir(runID))
+	res, err := dir.ReadResult()
+	if err != nil {
+		run, serr := r.opts.Store.GetRun(ctx, runID)
+		if serr != nil {
+			return nil, fmt.Errorf("resume %s: %w", runID, err)
+		}
+		res = runrec.Result{RunID: run.ID, Session: run.Session, Repo: run.Repo, BaseCommit: run.BaseCommit,
+			ModelAlias: run.ModelAlias, Model: run.Model, StartedAt: run.StartedAt, Workspace: r.task.Workspace}
+	}
+	if res.Repo != "" && res.Repo != r.repo.CommonDir() {
+		return nil, fmt.Errorf("resume %s: the run used repository %s, not %s", runID, res.Repo, r.repo.CommonDir())
+	}
+	var hist []historyItem
+	if len(cp.History) > 0 {
+		if err := json.Unmarshal(cp.History, &hist); err != nil {
+			return nil, fmt.Errorf("resume %s: checkpoint history: %w", runID, err)
+		}
+	}
+	sys := firstSystemLine(dir.Path(runrec.TranscriptFile))
+	if sys == "" {
+		if sys, err = r.systemPrompt(); err != nil {
+			return nil, err
+		}
+	}
+	sys += "\n\n" + resumeSummary(cp.Step, hist, cp.Files)
+	st := &sessionState{
+		Version: 1, Workspace: r.task.Workspace, Session: r.task.Session, TaskID: r.task.ID,
+		Repo: r.repo.CommonDir(), BaseCommit: res.BaseCommit, RunID: runID, Status: runrec.StatusRunning,
+		Step: cp.Step, Started: res.StartedAt, ModelAlias: res.ModelAlias, Model: res.Model,
+		Files: cp.Files, History: hist, Repeats: map[string]int{},
+		Messages: []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleSystem, Content: sys},
+			{Role: openai.ChatMessageRoleUser, Content: r.task.Prompt},
+		},
+	}
+	if cp.Worktree != "" {
+		st.Slot, st.PoolDir = filepath.Base(cp.Worktree), filepath.Dir(cp.Worktree)
+	}
+	if st.BaseCommit == "" {
+		return nil, fmt.Errorf("resume %s: the run's base commit is unknown", runID)
+	}
+	return st, nil
+}
+
+// resumeSummary tells the model what happened before the checkpoint.
+func resumeSummary(step int, hist []historyItem, files []bus.FileHash) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Resumed run\n\nThis run was interrupted after step %d and resumed from a checkpoint. The worktree still holds your earlier changes.", step)
+	if len(hist) > 0 {
+		b.WriteString(" Your most recent tool calls (arguments and results shortened):\n")
+		for _, h := range hist {
+			status := ""
+			if h.IsError {
+				status = " (error)"
+			}
+			fmt.Fprintf(&b, "- step %d: %s %s%s → %s\n", h.Step, h.Tool, oneLine(h.Args), status, oneLine(h.Result))
+		}
+	} else {
+		b.WriteString("\n")
+	}
+	if len(files) > 0 {
+		b.WriteString("Files you changed so far: ")
+		for i, f := range files {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(f.Path)
+		}
+		b.WriteString(".\n")
+	}
+	b.WriteString("Continue the task from where you stopped; re-read files before editing them.")
+	return b.String()
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// firstSystemLine returns the system prompt recorded in a transcript.
+func firstSystemLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		var l transcriptLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Type == lineSystem {
+			return l.Text
+		}
+	}
+	return ""
+}
+
+// checkDrift compares the worktree with the hashes recorded at the last
+// persisted step. Paths an interrupted call may have changed are not
+// compared (the call runs again); an interrupted command could have changed
+// anything, so then nothing is compared and a warning says so.
+func (r *runner) checkDrift() []string {
+	skip := map[string]bool{}
+	for _, c := range r.pendingCalls() {
+		switch c.Function.Name {
+		case ToolWriteFile, ToolEditFile:
+			var a struct {
+				Path string `json:"path"`
+			}
+			if json.Unmarshal([]byte(c.Function.Arguments), &a) == nil {
+				skip[strings.TrimPrefix(filepathClean(a.Path), "./")] = true
+			}
+		case ToolRunCommand:
+			r.warnf("an interrupted command runs again; files are not compared with the checkpoint")
+			return nil
+		}
+	}
+	return driftCheck(r.root, r.state.Files, skip)
+}
+
+func filepathClean(p string) string {
+	return filepath.ToSlash(filepath.Clean(strings.TrimSpace(p)))
+}

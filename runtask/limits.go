@@ -1,0 +1,84 @@
+package runtask
+
+import (
+	"strconv"
+	"time"
+)
+
+// RolePolicy is what the worker needs from a role contract. *policy.Role
+// implements it; runtask declares it so it never imports the policy loader.
+type RolePolicy interface {
+	Name() string
+	SystemPrompt() string             // the role's prompt (the task's brief is appended by runtask)
+	AllowsTool(tool string) bool      // canonical tool names
+	CheckCommand(argv []string) error // nil if argv matches an allowlisted argv prefix; *policy.Refusal otherwise
+	CheckWrite(path string) error     // nil if the role may write this worktree-relative path
+	EnvAllowlist() []string           // extra environment variable NAMES commands may receive
+	SandboxBackend() string           // "bwrap" | "none" | "auto"
+	MaxSteps() int                    // 0 = default
+	TokenBudget() int64               // 0 = unlimited
+	CommandTimeout() time.Duration    // 0 = default
+	OutputLimit() int                 // bytes of tool output shown to the model; 0 = default
+}
+
+// Defaults applied when neither the task, the role nor the environment says.
+const (
+	DefaultMaxSteps        = 50
+	DefaultCommandTimeout  = 5 * time.Minute
+	DefaultOutputLimit     = 10 << 10 // what the model sees of one tool result
+	DefaultCheckpointEvery = 5
+	// fullOutputLimit bounds what is captured of one command for the run
+	// folder (the model sees DefaultOutputLimit of it).
+	fullOutputLimit = 8 << 20
+	// stuckRepeats is how often the same call with the same result ends a run.
+	stuckRepeats = 3
+)
+
+// limits are the resolved stops of one run.
+type limits struct {
+	MaxSteps        int
+	Timeout         time.Duration
+	TokenBudget     int64 // 0: unlimited
+	CommandTimeout  time.Duration
+	OutputLimit     int
+	CheckpointEvery int // 0: never
+}
+
+// resolveLimits applies task > role > environment > default.
+func resolveLimits(t Task, role RolePolicy, getenv func(string) string) limits {
+	l := limits{
+		MaxSteps:        DefaultMaxSteps,
+		Timeout:         time.Duration(t.TimeoutSeconds) * time.Second,
+		CommandTimeout:  DefaultCommandTimeout,
+		OutputLimit:     DefaultOutputLimit,
+		CheckpointEvery: DefaultCheckpointEvery,
+	}
+	if n, err := strconv.Atoi(getenv("WORKER_MAX_TOOL_STEPS")); err == nil && n > 0 {
+		l.MaxSteps = n
+	}
+	if n, err := strconv.Atoi(getenv("WORKER_CHECKPOINT_EVERY_N_STEPS")); err == nil && n >= 0 {
+		l.CheckpointEvery = n
+	}
+	if role != nil {
+		if n := role.MaxSteps(); n > 0 {
+			l.MaxSteps = n
+		}
+		l.TokenBudget = role.TokenBudget()
+		if d := role.CommandTimeout(); d > 0 {
+			l.CommandTimeout = d
+		}
+		if n := role.OutputLimit(); n > 0 {
+			l.OutputLimit = n
+		}
+	}
+	if t.MaxSteps > 0 {
+		l.MaxSteps = t.MaxSteps
+	}
+	if t.TokenBudget > 0 {
+		l.TokenBudget = t.TokenBudget
+	}
+	if l.Timeout > 0 && l.CommandTimeout > l.Timeout {
+		l.CommandTimeout = l.Timeout
+	}
+	return l
+}

@@ -1,0 +1,44 @@
+package runtask
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	openai "github.com/sashabaranov/go-openai"
+)
+
+// notePrefix introduces an operator note in the conversation.
+const notePrefix = "Note from the operator: "
+
+// deliverNotes gives the model the operator's pending notes as user
+// messages at a turn boundary and marks each delivered with the step whose
+// request carries it. A note is added to the conversation (and persisted)
+// before it is marked, and a note already in the conversation is only
+// marked, so a crash between the two never loses or repeats a note.
+func (r *runner) deliverNotes(ctx context.Context) {
+	if r.opts.Store == nil {
+		return
+	}
+	st := r.state
+	notes, err := r.opts.Store.PendingNotes(ctx, st.RunID)
+	if err != nil {
+		r.warnf("notes: %v", err)
+		return
+	}
+	for _, n := range notes {
+		if !slices.Contains(st.DeliveredNotes, n.ID) {
+			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: notePrefix + n.Text})
+			st.DeliveredNotes = append(st.DeliveredNotes, n.ID)
+			if err := r.save(); err != nil {
+				r.warnf("notes: %v", err)
+				return
+			}
+			r.transcript(transcriptLine{Type: lineNote, Step: st.Step + 1, NoteID: n.ID, Text: n.Text})
+			r.ev.emit(Event{Event: "note", Time: r.now(), RunID: st.RunID, Step: st.Step + 1, Text: fmt.Sprintf("note %d delivered", n.ID)})
+		}
+		if err := r.opts.Store.MarkNoteDelivered(ctx, n.ID, st.Step+1); err != nil {
+			r.warnf("notes: mark %d delivered: %v", n.ID, err)
+		}
+	}
+}

@@ -1,0 +1,717 @@
+package runtask
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/patch"
+)
+
+// Pool keeps finished worktrees of one repository warm: a released worktree
+// is reset completely (tracked files, index, untracked and ignored files,
+// stash entries and the branch it was left on) and kept for the next task,
+// which resets it to its own base instead of checking out a new tree. The
+// pool is bounded by count and disk and evicts the least recently used
+// worktree; a worktree that cannot be verified clean is discarded, never
+// reused. Slots are guarded by flock(2), so worker processes on one host
+// share a pool safely; a crashed process's lock is released by the kernel.
+type Pool struct {
+	Dir      string    // this repository's pool folder: WORKER_WORKTREE_BASE/<repo-key>
+	Repo     patch.Git // the repository (its common git dir)
+	MaxCount int       // free worktrees kept; 0 keeps none (every release discards)
+	MaxBytes int64     // disk bound of the free worktrees; 0: unbounded
+	Now      func() time.Time
+}
+
+// Slot states.
+const (
+	SlotFree = "free"
+	SlotBusy = "busy"
+)
+
+// SlotMeta is a slot's metadata file (<slot>.json beside the worktree).
+type SlotMeta struct {
+	Slot     string    `json:"slot"`
+	Worktree string    `json:"worktree"`
+	GitDir   string    `json:"gitDir"` // the linked worktree's private git dir
+	State    string    `json:"state"`
+	Owner    string    `json:"owner,omitempty"` // workspace/session holding it
+	Base     string    `json:"base"`            // the commit it was (reset) at
+	LastUsed time.Time `json:"lastUsed"`
+	Bytes    int64     `json:"bytes,omitempty"`
+	// Baselines taken when the lease began, for a complete reset.
+	StashCount int      `json:"stashCount"`
+	StashTip   string   `json:"stashTip,omitempty"`
+	Branches   []string `json:"branches,omitempty"`
+}
+
+// Lease is one worktree held by one process.
+type Lease struct {
+	Meta  SlotMeta
+	Git   patch.Git // the worktree's git dir and the worktree
+	Fresh bool      // created for this lease (not taken from the pool)
+	pool  *Pool
+	lock  *os.File
+}
+
+// Dir is the worktree path.
+func (l *Lease) Dir() string { return l.Meta.Worktree }
+
+// NewPool returns the pool of repo under base (WORKER_WORKTREE_BASE).
+func NewPool(base string, repo patch.Git, getenv func(string) string) *Pool {
+	common := repo.CommonDir()
+	p := &Pool{
+		Dir:      filepath.Join(base, RepoKey(common)),
+		Repo:     patch.Git{GitDir: common},
+		MaxCount: 4,
+		Now:      time.Now,
+	}
+	if getenv != nil {
+		if n, err := strconv.Atoi(getenv("WORKER_POOL_SIZE")); err == nil && n >= 0 {
+			p.MaxCount = n
+		}
+		if n, err := strconv.ParseInt(getenv("WORKER_POOL_MAX_BYTES"), 10, 64); err == nil && n >= 0 {
+			p.MaxBytes = n
+		}
+	}
+	return p
+}
+
+var unsafeKey = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// RepoKey names a repository's pool folder: a readable base name plus a hash
+// of its common git dir.
+func RepoKey(commonDir string) string {
+	abs, _ := filepath.Abs(commonDir)
+	name := filepath.Base(strings.TrimSuffix(abs, string(filepath.Separator)+".git"))
+	name = strings.TrimSuffix(name, ".git")
+	name = unsafeKey.ReplaceAllString(name, "_")
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return name + "-" + hex.EncodeToString(sum[:5])
+}
+
+func (p *Pool) metaPath(slot string) string { return filepath.Join(p.Dir, slot+".json") }
+func (p *Pool) lockPath(slot string) string { return filepath.Join(p.Dir, slot+".lock") }
+
+// lockFile opens and flocks path. With try, a held lock returns (nil, nil).
+func lockFile(path string, try bool) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_EX
+	if try {
+		how |= syscall.LOCK_NB
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), how)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if try && errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func unlock(f *os.File) {
+	if f != nil {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}
+}
+
+// withPoolLock runs fn holding the pool-wide lock (metadata changes only;
+// slow git work happens outside it).
+func (p *Pool) withPoolLock(fn func() error) error {
+	l, err := lockFile(filepath.Join(p.Dir, "pool.lock"), false)
+	if err != nil {
+		return err
+	}
+	defer unlock(l)
+	return fn()
+}
+
+func (p *Pool) readMeta(slot string) (SlotMeta, error) {
+	var m SlotMeta
+	b, err := os.ReadFile(p.metaPath(slot))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return m, fmt.Errorf("pool slot %s: %w", slot, err)
+	}
+	return m, nil
+}
+
+func (p *Pool) writeMeta(m SlotMeta) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return runrec.WriteFileAtomic(p.metaPath(m.Slot), append(b, '\n'), 0o644)
+}
+
+// slots lists the slot names that have metadata.
+func (p *Pool) slots() ([]string, error) {
+	entries, err := os.ReadDir(p.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && !strings.HasPrefix(name, ".") {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// Acquire returns a worktree at base (a full commit id) for owner: the
+// nearest free pooled worktree reset to base, else a new one.
+func (p *Pool) Acquire(ctx context.Context, base, owner string) (*Lease, error) {
+	for attempt := 0; attempt < 3; attempt++ {
+		l, err := p.takeFree(ctx, base, owner)
+		if err != nil {
+			return nil, err
+		}
+		if l == nil {
+			break
+		}
+		if err := l.prepare(ctx, base); err != nil {
+			l.discard(ctx)
+			continue
+		}
+		return l, nil
+	}
+	return p.create(ctx, base, owner)
+}
+
+// takeFree picks and locks the free slot nearest to base.
+func (p *Pool) takeFree(ctx context.Context, base, owner string) (*Lease, error) {
+	var lease *Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		type cand struct {
+			meta SlotMeta
+			lock *os.File
+			dist int
+		}
+		var cands []cand
+		for _, name := range names {
+			m, err := p.readMeta(name)
+			if err != nil || m.State != SlotFree {
+				continue
+			}
+			lk, err := lockFile(p.lockPath(name), true)
+			if err != nil || lk == nil {
+				continue
+			}
+			cands = append(cands, cand{meta: m, lock: lk, dist: p.distance(ctx, m.Base, base)})
+		}
+		if len(cands) == 0 {
+			return nil
+		}
+		sort.SliceStable(cands, func(i, j int) bool {
+			if cands[i].dist != cands[j].dist {
+				return cands[i].dist < cands[j].dist
+			}
+			return cands[i].meta.LastUsed.After(cands[j].meta.LastUsed)
+		})
+		for _, c := range cands[1:] {
+			unlock(c.lock)
+		}
+		m := cands[0].meta
+		m.State, m.Owner, m.LastUsed = SlotBusy, owner, p.Now()
+		if err := p.writeMeta(m); err != nil {
+			unlock(cands[0].lock)
+			return err
+		}
+		lease = &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: cands[0].lock}
+		return nil
+	})
+	return lease, err
+}
+
+// distance is how far commit a is from b (0 when equal; commits unknown to
+// the repository are far).
+func (p *Pool) distance(ctx context.Context, a, b string) int {
+	if a == b {
+		return 0
+	}
+	out, err := p.Repo.Line(ctx, "rev-list", "--count", a+"..."+b, "--")
+	if err != nil {
+		return 1 << 30
+	}
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		return 1 << 30
+	}
+	return n
+}
+
+// Adopt takes over the worktree a session left behind (a crash, a
+// cancellation, --keep-worktree) without resetting it.
+func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
+	lk, err := lockFile(p.lockPath(slot), true)
+	if err != nil {
+		return nil, err
+	}
+	if lk == nil {
+		return nil, fmt.Errorf("worktree %s of %s is in use by another process", slot, owner)
+	}
+	var lease *Lease
+	err = p.withPoolLock(func() error {
+		m, err := p.readMeta(slot)
+		if err != nil {
+			return fmt.Errorf("worktree %s: %w", slot, err)
+		}
+		if m.Owner != owner {
+			return fmt.Errorf("worktree %s belongs to %q, not %q", slot, m.Owner, owner)
+		}
+		m.State, m.LastUsed = SlotBusy, p.Now()
+		if err := p.writeMeta(m); err != nil {
+			return err
+		}
+		lease = &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: lk}
+		return nil
+	})
+	if err != nil {
+		unlock(lk)
+		return nil, err
+	}
+	if _, err := lease.Git.Line(ctx, "rev-parse", "--verify", "HEAD"); err != nil {
+		lease.discard(ctx)
+		return nil, fmt.Errorf("worktree %s is broken: %w", slot, err)
+	}
+	return lease, nil
+}
+
+func newSlotName() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "wt-" + hex.EncodeToString(b[:])
+}
+
+// create checks out a new linked worktree at base.
+func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
+	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("worktree pool: %w", err)
+	}
+	slot := newSlotName()
+	lk, err := lockFile(p.lockPath(slot), false)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(p.Dir, slot)
+	m := SlotMeta{Slot: slot, Worktree: dir, State: SlotBusy, Owner: owner, Base: base, LastUsed: p.Now()}
+	if err := p.writeMeta(m); err != nil {
+		unlock(lk)
+		return nil, err
+	}
+	if _, err := p.Repo.Run(ctx, "worktree", "add", "--detach", "--quiet", dir, base); err != nil {
+		p.removeSlot(ctx, m)
+		unlock(lk)
+		return nil, fmt.Errorf("create worktree at %s: %w", base, err)
+	}
+	gd, err := p.findGitDir(dir)
+	if err != nil {
+		p.removeSlot(ctx, m)
+		unlock(lk)
+		return nil, err
+	}
+	m.GitDir = gd
+	l := &Lease{Meta: m, Git: patch.Git{GitDir: gd, WorkTree: dir}, pool: p, lock: lk, Fresh: true}
+	if err := l.baseline(ctx); err != nil {
+		l.discard(ctx)
+		return nil, err
+	}
+	if err := p.writeMeta(l.Meta); err != nil {
+		l.discard(ctx)
+		return nil, err
+	}
+	return l, nil
+}
+
+// findGitDir finds the private git dir git made for worktree dir, reading
+// only the repository's side (never the worktree's .git file).
+func (p *Pool) findGitDir(dir string) (string, error) {
+	want := filepath.Join(dir, ".git")
+	admin := filepath.Join(p.Repo.GitDir, "worktrees")
+	try := func(name string) bool {
+		b, err := os.ReadFile(filepath.Join(admin, name, "gitdir"))
+		return err == nil && filepath.Clean(strings.TrimSpace(string(b))) == want
+	}
+	if base := filepath.Base(dir); try(base) {
+		return filepath.Join(admin, base), nil
+	}
+	entries, _ := os.ReadDir(admin)
+	for _, e := range entries {
+		if try(e.Name()) {
+			return filepath.Join(admin, e.Name()), nil
+		}
+	}
+	return "", fmt.Errorf("worktree %s: git did not register it under %s", dir, admin)
+}
+
+// baseline records the stash and branches present when the lease begins.
+func (l *Lease) baseline(ctx context.Context) error {
+	l.Meta.StashCount, l.Meta.StashTip = l.stash(ctx)
+	out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(refname)", "refs/heads/")
+	if err != nil {
+		return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
+	}
+	l.Meta.Branches = strings.Fields(string(out))
+	return nil
+}
+
+func (l *Lease) stash(ctx context.Context) (int, string) {
+	tip, err := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
+	if err != nil || tip == "" {
+		return 0, ""
+	}
+	out, err := l.Git.Line(ctx, "rev-list", "--walk-reflogs", "--count", "refs/stash")
+	if err != nil {
+		return 1, tip
+	}
+	n, _ := strconv.Atoi(out)
+	return n, tip
+}
+
+// prepare moves a pooled worktree to base and verifies it is exactly base.
+func (l *Lease) prepare(ctx context.Context, base string) error {
+	if err := l.baseline(ctx); err != nil {
+		return err
+	}
+	if l.Meta.Base != base {
+		if _, err := l.Git.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+			if err := l.reset(ctx, base); err != nil {
+				return err
+			}
+		}
+	}
+	if err := l.verify(ctx, base); err != nil {
+		if err := l.reset(ctx, base); err != nil {
+			return err
+		}
+		if err := l.verify(ctx, base); err != nil {
+			return err
+		}
+	}
+	l.Meta.Base = base
+	return l.pool.writeMeta(l.Meta)
+}
+
+// inProgress are per-worktree state files of interrupted git operations.
+var inProgress = []string{"MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "CHERRY_PICK_HEAD", "REVERT_HEAD",
+	"BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_EXPECTED_REV", "rebase-merge", "rebase-apply", "sequencer",
+	"index.lock", "AUTO_MERGE", "ORIG_HEAD"}
+
+// reset returns the worktree to base completely.
+func (l *Lease) reset(ctx context.Context, base string) error {
+	g := l.Git
+	for _, name := range inProgress {
+		os.RemoveAll(filepath.Join(l.Meta.GitDir, name))
+	}
+	branch, _ := g.Line(ctx, "symbolic-ref", "-q", "HEAD")
+	if _, err := g.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+		return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
+	}
+	if _, err := g.Run(ctx, "reset", "-q", "--hard", base, "--"); err != nil {
+		return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
+	}
+	if _, err := g.Run(ctx, "clean", "-ffdxq"); err != nil {
+		return fmt.Errorf("reset worktree %s: clean: %w", l.Meta.Slot, err)
+	}
+	// Stash entries made during the lease (newest first) are dropped.
+	for n, _ := l.stash(ctx); n > l.Meta.StashCount; n, _ = l.stash(ctx) {
+		if _, err := g.Run(ctx, "stash", "drop", "-q", "stash@{0}"); err != nil {
+			return fmt.Errorf("reset worktree %s: drop stash: %w", l.Meta.Slot, err)
+		}
+	}
+	// The branch the worktree was left on, if it was created during the
+	// lease, is removed (others may belong to the operator).
+	if name, ok := strings.CutPrefix(branch, "refs/heads/"); ok && !contains(l.Meta.Branches, branch) {
+		if _, err := g.Run(ctx, "branch", "-D", "-q", "--", name); err != nil {
+			return fmt.Errorf("reset worktree %s: delete branch %s: %w", l.Meta.Slot, name, err)
+		}
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// verify checks the worktree is exactly base: HEAD detached at base, no
+// difference in index or files, nothing untracked or ignored, no stash entry
+// added during the lease.
+func (l *Lease) verify(ctx context.Context, base string) error {
+	g := l.Git
+	head, err := g.Line(ctx, "rev-parse", "--verify", "HEAD")
+	if err != nil {
+		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+	}
+	if head != base {
+		return fmt.Errorf("worktree %s: HEAD is %s, want %s", l.Meta.Slot, head, base)
+	}
+	if _, err := g.Run(ctx, "symbolic-ref", "-q", "HEAD"); err == nil {
+		return fmt.Errorf("worktree %s: HEAD is on a branch", l.Meta.Slot)
+	}
+	out, err := g.Run(ctx, "status", "--porcelain=v1", "-z", "--ignored=matching", "--untracked-files=all")
+	if err != nil {
+		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+	}
+	if len(out) > 0 {
+		return fmt.Errorf("worktree %s: not clean", l.Meta.Slot)
+	}
+	if n, tip := l.stash(ctx); n != l.Meta.StashCount || tip != l.Meta.StashTip {
+		return fmt.Errorf("worktree %s: stash changed during the lease", l.Meta.Slot)
+	}
+	return nil
+}
+
+// Release resets the worktree and returns it to the pool (or discards it
+// when it cannot be verified clean or the pool keeps none), then evicts the
+// least recently used free worktrees beyond the bounds.
+func (l *Lease) Release(ctx context.Context) error {
+	if l.lock == nil {
+		return nil
+	}
+	p := l.pool
+	if p.MaxCount <= 0 {
+		return l.discard(ctx)
+	}
+	base := l.Meta.Base
+	if err := l.reset(ctx, base); err != nil {
+		return errors.Join(err, l.discard(ctx))
+	}
+	if err := l.verify(ctx, base); err != nil {
+		return errors.Join(err, l.discard(ctx))
+	}
+	if p.MaxBytes > 0 {
+		l.Meta.Bytes = dirSize(l.Meta.Worktree)
+	}
+	l.Meta.State, l.Meta.Owner, l.Meta.LastUsed = SlotFree, "", p.Now()
+	err := p.withPoolLock(func() error { return p.writeMeta(l.Meta) })
+	unlock(l.lock)
+	l.lock = nil
+	if err != nil {
+		return err
+	}
+	_, err = p.evict(ctx)
+	return err
+}
+
+// Keep ends the lease but leaves the worktree with its owner, untouched, for
+// the same session to continue (a crash does the same implicitly).
+func (l *Lease) Keep() error {
+	if l.lock == nil {
+		return nil
+	}
+	l.Meta.LastUsed = l.pool.Now()
+	err := l.pool.withPoolLock(func() error { return l.pool.writeMeta(l.Meta) })
+	unlock(l.lock)
+	l.lock = nil
+	return err
+}
+
+// discard removes the worktree and its slot.
+func (l *Lease) discard(ctx context.Context) error {
+	err := l.pool.removeSlot(ctx, l.Meta)
+	unlock(l.lock)
+	l.lock = nil
+	return err
+}
+
+func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
+	var errs []error
+	if _, err := p.Repo.Run(ctx, "worktree", "remove", "--force", "--force", m.Worktree); err != nil {
+		if err := os.RemoveAll(m.Worktree); err != nil {
+			errs = append(errs, err)
+		}
+		if _, err := p.Repo.Run(ctx, "worktree", "prune"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.Remove(p.metaPath(m.Slot)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// evict discards free worktrees beyond MaxCount or MaxBytes, least recently
+// used first.
+func (p *Pool) evict(ctx context.Context) ([]string, error) {
+	var victims []*Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		var free []SlotMeta
+		for _, n := range names {
+			if m, err := p.readMeta(n); err == nil && m.State == SlotFree {
+				free = append(free, m)
+			}
+		}
+		sort.Slice(free, func(i, j int) bool { return free[i].LastUsed.After(free[j].LastUsed) })
+		var total int64
+		for i, m := range free {
+			total += m.Bytes
+			over := i >= p.MaxCount || (p.MaxBytes > 0 && total > p.MaxBytes)
+			if !over {
+				continue
+			}
+			lk, err := lockFile(p.lockPath(m.Slot), true)
+			if err != nil || lk == nil {
+				continue
+			}
+			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
+		}
+		return nil
+	})
+	var removed []string
+	var errs []error
+	for _, v := range victims {
+		if err := v.discard(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		removed = append(removed, v.Meta.Slot)
+	}
+	return removed, errors.Join(append(errs, err)...)
+}
+
+// SlotStatus is one slot as `conductor pool status` shows it.
+type SlotStatus struct {
+	SlotMeta
+	InUse  bool `json:"inUse"`  // a live process holds it
+	Exists bool `json:"exists"` // the worktree folder exists
+}
+
+// Status lists the pool's slots.
+func (p *Pool) Status(ctx context.Context) ([]SlotStatus, error) {
+	names, err := p.slots()
+	if err != nil {
+		return nil, err
+	}
+	var out []SlotStatus
+	for _, n := range names {
+		m, err := p.readMeta(n)
+		if err != nil {
+			continue
+		}
+		s := SlotStatus{SlotMeta: m}
+		if lk, err := lockFile(p.lockPath(n), true); err == nil && lk != nil {
+			unlock(lk)
+		} else {
+			s.InUse = true
+		}
+		if _, err := os.Stat(m.Worktree); err == nil {
+			s.Exists = true
+			if m.Bytes == 0 {
+				s.Bytes = dirSize(m.Worktree)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// Prune discards every free worktree (all) or only those beyond the bounds,
+// plus slots whose worktree folder is gone. With orphans it also discards
+// worktrees a dead process left with a session (not held by any process).
+func (p *Pool) Prune(ctx context.Context, all, orphans bool) ([]string, error) {
+	var victims []*Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			m, err := p.readMeta(n)
+			if err != nil {
+				continue
+			}
+			_, statErr := os.Stat(m.Worktree)
+			gone := statErr != nil
+			if !(gone || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)) {
+				continue
+			}
+			lk, err := lockFile(p.lockPath(n), true)
+			if err != nil || lk == nil {
+				continue // in use by a live process
+			}
+			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
+		}
+		return nil
+	})
+	var removed []string
+	var errs []error
+	for _, v := range victims {
+		if err := v.discard(ctx); err != nil {
+			errs = append(errs, err)
+		}
+		removed = append(removed, v.Meta.Slot)
+	}
+	if err != nil {
+		return removed, err
+	}
+	if !all {
+		more, err := p.evict(ctx)
+		removed = append(removed, more...)
+		errs = append(errs, err)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}

@@ -1,0 +1,881 @@
+package runtask
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
+)
+
+// Options configures one run.
+type Options struct {
+	Task     Task
+	TaskPath string // the task file (its folder anchors a relative brief path)
+	Config   conductor.Config
+
+	Repo         string // --repo: the workspace repository (else WORKER_REPO_ROOT/<workspace>, else the conductor's clone)
+	WorktreeBase string // default WORKER_WORKTREE_BASE, else <data root>/worktrees
+
+	ModelAlias string      // --model; else the task's model
+	Model      ModelClient // the model; if nil, Connect builds it
+	ModelName  string      // the resolved model name, when Model is given
+	// Connect builds the model client for an alias and returns the model
+	// name and the names of environment variables that hold its credentials
+	// (never passed to commands). The CLI wires the registry here.
+	Connect func(alias string) (client ModelClient, model string, secretEnv []string, err error)
+
+	Role    RolePolicy      // required
+	Sandbox sandbox.Sandbox // commands run only through it; nil: run_command fails for the model
+	Store   bus.Store       // may be nil: the run folder is then the only record
+
+	FollowUp     string // a refinement round: the session continues with this user message
+	KeepWorktree bool   // keep the worktree after the run (it stays with the session)
+	RunID        string // preset (the queue's idempotency key); else generated
+	AcceptDrift  bool   // resume even if files changed since the checkpoint (noted to the model)
+
+	Events io.Writer // progress: one line per step, or JSONL events with JSON
+	JSON   bool
+	Getenv func(string) string
+	Stderr io.Writer // warnings (also kept in the run folder's stderr.txt)
+	Now    func() time.Time
+	// DeniedEnv are variable names never passed to commands, whatever the role says.
+	DeniedEnv []string
+}
+
+// ErrSessionBusy is returned when another process runs the same session.
+var ErrSessionBusy = errors.New("session is running in another process")
+
+var errTimeout = errors.New("wall-clock limit reached")
+
+// Run runs one task: a new session, the continuation of an interrupted run
+// of the same session, or (with FollowUp) a refinement round. It returns the
+// run's receipt; the error is non-nil only when the run could not be started
+// or its record could not be written. The status tells how the worker ended.
+func Run(ctx context.Context, opts Options) (runrec.Result, error) {
+	r, err := newRunner(opts)
+	if err != nil {
+		return runrec.Result{}, err
+	}
+	return r.run(ctx, "")
+}
+
+// Resume continues an interrupted run (crash, cancellation, drift) from the
+// session state, else from the store's latest checkpoint. The task is read
+// from the run folder when opts.Task is empty. A finished run is returned as
+// it is.
+func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, error) {
+	if err := ValidRunID(runID); err != nil {
+		return runrec.Result{}, err
+	}
+	opts.Config = opts.Config.WithDefaults(getenvOr(opts.Getenv))
+	dir := runrec.Dir(opts.Config.RunDir(runID))
+	prev, err := dir.ReadResult()
+	if err != nil {
+		if opts.Store == nil {
+			return runrec.Result{}, fmt.Errorf("resume %s: %w", runID, err)
+		}
+		if _, serr := opts.Store.GetRun(ctx, runID); serr != nil {
+			return runrec.Result{}, fmt.Errorf("resume %s: no run record here and none in the store: %w", runID, serr)
+		}
+	}
+	if opts.Task.TaskVersion == 0 {
+		t, err := LoadTask(dir.Path(runrec.TaskFile))
+		if err != nil {
+			return runrec.Result{}, fmt.Errorf("resume %s: %w", runID, err)
+		}
+		opts.Task = t
+	}
+	if terminal(prev.Status) {
+		return prev, nil
+	}
+	opts.RunID = runID
+	r, err := newRunner(opts)
+	if err != nil {
+		return runrec.Result{}, err
+	}
+	return r.run(ctx, runID)
+}
+
+func getenvOr(f func(string) string) func(string) string {
+	if f == nil {
+		return os.Getenv
+	}
+	return f
+}
+
+// runner is one run in progress.
+type runner struct {
+	opts   Options
+	task   Task
+	cfg    conductor.Config
+	getenv func(string) string
+	now    func() time.Time
+	lim    limits
+	tools  []string
+
+	repo     patch.Git
+	pool     *Pool
+	lease    *Lease
+	root     *os.Root
+	tb       *toolbox
+	model    ModelClient
+	sessDir  string
+	state    *sessionState
+	runDir   runrec.Dir
+	log      *runrec.Log
+	stderr   io.Writer
+	errFile  *os.File
+	ev       *emitter
+	touched  touchedSet
+	scratch  string
+	result   runrec.Result
+	started  time.Time
+	stopText string
+}
+
+func newRunner(opts Options) (*runner, error) {
+	if err := opts.Task.Validate(); err != nil {
+		return nil, fmt.Errorf("task %s: %w", opts.TaskPath, err)
+	}
+	if opts.Role == nil {
+		return nil, errors.New("run-task: no role contract given")
+	}
+	r := &runner{opts: opts, task: opts.Task, getenv: getenvOr(opts.Getenv), now: opts.Now}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	r.cfg = opts.Config.WithDefaults(r.getenv)
+	r.lim = resolveLimits(r.task, opts.Role, r.getenv)
+	var denied []string
+	for _, t := range r.task.Tools() {
+		if opts.Role.AllowsTool(t) {
+			r.tools = append(r.tools, t)
+		} else {
+			denied = append(denied, t)
+		}
+	}
+	if len(r.tools) == 0 {
+		return nil, policy.Refusef("tools-not-allowed", "ask for tools the role allows, or use another role",
+			"role %s allows none of the task's tools (%s)", opts.Role.Name(), strings.Join(r.task.Tools(), ", "))
+	}
+	r.stopText = strings.Join(denied, ", ")
+	if opts.RunID != "" {
+		if err := ValidRunID(opts.RunID); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *runner) warnf(format string, args ...any) {
+	if r.stderr != nil {
+		fmt.Fprintf(r.stderr, "conductor: "+format+"\n", args...)
+	}
+}
+
+// run does the whole run; resumeID is set for an explicit Resume.
+func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, err error) {
+	t := r.task
+	r.repo, err = ResolveRepo(r.opts.Repo, t.Workspace, r.cfg, r.getenv)
+	if err != nil {
+		return res, err
+	}
+	wtBase := r.opts.WorktreeBase
+	if wtBase == "" {
+		wtBase = r.getenv("WORKER_WORKTREE_BASE")
+	}
+	if wtBase == "" {
+		wtBase = r.cfg.WorktreesDir()
+	}
+	r.pool = NewPool(wtBase, r.repo, r.getenv)
+	r.pool.Now = r.now
+
+	// One process per session.
+	r.sessDir = sessionDir(r.cfg, t.Workspace, t.Session)
+	slock, err := lockFile(filepath.Join(r.sessDir, "session.lock"), true)
+	if err != nil {
+		return res, err
+	}
+	if slock == nil {
+		return res, fmt.Errorf("session %s/%s: %w", t.Workspace, t.Session, ErrSessionBusy)
+	}
+	defer unlock(slock)
+
+	// An already finished run id is answered from its record (idempotent
+	// redelivery).
+	if r.opts.RunID != "" {
+		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && terminal(prev.Status) {
+			return prev, nil
+		}
+	}
+	r.state, err = loadState(r.sessDir)
+	if err != nil {
+		return res, err
+	}
+	mode, err := r.chooseMode(ctx, resumeID)
+	if err != nil {
+		return res, err
+	}
+	if mode == modeFinished {
+		return runrec.Dir(r.cfg.RunDir(r.state.RunID)).ReadResult()
+	}
+	return r.execute(ctx, mode)
+}
+
+type runMode int
+
+const (
+	modeNew      runMode = iota // a new session
+	modeFollowUp                // a new run continuing a finished session
+	modeContinue                // the same run continues (crash, cancel, drift, resume)
+	modeFinished                // nothing to do: the run already finished
+)
+
+func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, error) {
+	st := r.state
+	t := r.task
+	if resumeID != "" {
+		if st != nil && st.RunID == resumeID {
+			if terminal(st.Status) {
+				return modeFinished, nil
+			}
+			return modeContinue, nil
+		}
+		cp, err := r.checkpointState(ctx, resumeID)
+		if err != nil {
+			return 0, err
+		}
+		if st != nil && !terminal(st.Status) {
+			return 0, fmt.Errorf("resume %s: session %s has another unfinished run %s", resumeID, t.Session, st.RunID)
+		}
+		r.state = cp
+		return modeContinue, nil
+	}
+	if st == nil {
+		if r.opts.FollowUp != "" {
+			return 0, policy.Refusef("session-unknown", "dispatch the task first, then refine it with --follow-up",
+				"session %s/%s has no earlier run to follow up", t.Workspace, t.Session)
+		}
+		return modeNew, nil
+	}
+	if st.Repo != r.repo.CommonDir() {
+		return 0, policy.Refusef("session-repo-mismatch", "use a new session name for another repository",
+			"session %s/%s belongs to repository %s, not %s", t.Workspace, t.Session, st.Repo, r.repo.CommonDir())
+	}
+	if !terminal(st.Status) {
+		if r.opts.RunID != "" && r.opts.RunID != st.RunID {
+			return 0, policy.Refusef("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
+				"session %s/%s has an unfinished run %s", t.Workspace, t.Session, st.RunID)
+		}
+		return modeContinue, nil
+	}
+	if r.opts.FollowUp == "" {
+		return 0, policy.Refusef("session-finished", "pass --follow-up TEXT for a refinement round, or use a new session name",
+			"session %s/%s already finished run %s (%s)", t.Workspace, t.Session, st.RunID, st.Status)
+	}
+	return modeFollowUp, nil
+}
+
+func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, error) {
+	t := r.task
+	st := r.state
+	r.started = r.now()
+	switch mode {
+	case modeNew:
+		base, err := resolveBase(ctx, r.repo, t.Base)
+		if err != nil {
+			return runrec.Result{}, err
+		}
+		st = &sessionState{Version: 1, Workspace: t.Workspace, Session: t.Session, Repo: r.repo.CommonDir(),
+			PoolDir: r.pool.Dir, BaseCommit: base}
+		r.state = st
+		fallthrough
+	case modeFollowUp:
+		st.RunID = r.opts.RunID
+		if st.RunID == "" {
+			st.RunID = NewRunID(r.started)
+		}
+		st.TaskID, st.Status, st.Step, st.Started = t.ID, runrec.StatusRunning, 0, r.started
+		st.Tokens, st.Repeats, st.History = tokenCount{}, map[string]int{}, nil
+	case modeContinue:
+		if st.Repeats == nil {
+			st.Repeats = map[string]int{}
+		}
+	}
+	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
+	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	r.errFile = errFile
+	defer errFile.Close()
+	r.stderr = errFile
+	if r.opts.Stderr != nil {
+		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
+	}
+	r.ev = &emitter{w: r.opts.Events, json: r.opts.JSON}
+	if r.stopText != "" {
+		r.warnf("the role %s does not allow %s: not offered to the model", r.opts.Role.Name(), r.stopText)
+		r.stopText = ""
+	}
+	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
+	}
+	defer r.log.Close()
+
+	// Model.
+	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
+	secretEnv := r.opts.DeniedEnv
+	r.model = r.opts.Model
+	modelName := r.opts.ModelName
+	if r.model == nil {
+		if r.opts.Connect == nil {
+			return runrec.Result{}, errors.New("run-task: no model client and no model registry")
+		}
+		client, name, secrets, err := r.opts.Connect(alias)
+		if err != nil {
+			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
+		}
+		r.model, modelName = client, name
+		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
+	}
+	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
+
+	if mode != modeContinue {
+		if err := r.writeTask(); err != nil {
+			return runrec.Result{}, err
+		}
+	}
+	r.result = r.baseResult()
+	if err := r.record(ctx); err != nil {
+		return runrec.Result{}, err
+	}
+
+	// Worktree.
+	if err := r.takeWorktree(ctx, mode); err != nil {
+		return r.fail(ctx, fmt.Errorf("worktree: %w", err))
+	}
+	root, err := os.OpenRoot(r.lease.Dir())
+	if err != nil {
+		return r.fail(ctx, fmt.Errorf("worktree: %w", err))
+	}
+	r.root = root
+	defer root.Close()
+	r.touched = touchedSet{}
+	for _, f := range st.Files {
+		r.touched[f.Path] = f.Hash
+	}
+	r.scratch = filepath.Join(r.cfg.DataRoot, "scratch", st.RunID)
+	for _, d := range []string{"home", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(r.scratch, d), 0o700); err != nil {
+			return r.fail(ctx, err)
+		}
+	}
+	defer os.RemoveAll(r.scratch)
+	env, dropped := commandEnv(r.getenv, r.opts.Role, r.scratch, secretEnv)
+	if len(dropped) > 0 {
+		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
+	}
+	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, lim: r.lim}
+	for _, name := range r.tools {
+		r.tb.allowed[name] = true
+	}
+	if r.opts.Sandbox == nil && r.tb.allowed[ToolRunCommand] {
+		r.warnf("no sandbox configured: run_command calls will fail")
+	}
+
+	// Conversation.
+	switch mode {
+	case modeNew:
+		sys, err := r.systemPrompt()
+		if err != nil {
+			return r.fail(ctx, err)
+		}
+		st.Messages = []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleSystem, Content: sys},
+			{Role: openai.ChatMessageRoleUser, Content: t.Prompt},
+		}
+		r.transcript(transcriptLine{Type: lineSystem, Text: sys})
+		r.transcript(transcriptLine{Type: lineUser, Text: t.Prompt})
+	case modeFollowUp:
+		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
+		r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
+	case modeContinue:
+		r.transcript(transcriptLine{Type: lineResume, Step: st.Step, Text: "continuing after step " + fmt.Sprint(st.Step)})
+		r.ev.emit(Event{Event: "resume", Time: r.now(), RunID: st.RunID, Step: st.Step, Text: "continuing"})
+		if drifted := r.checkDrift(); len(drifted) > 0 {
+			msg := "files changed since the last checkpoint: " + strings.Join(drifted, ", ")
+			if !r.opts.AcceptDrift {
+				return r.finish(ctx, StatusDrift, msg+" (inspect the worktree; resume with --accept-drift to continue)")
+			}
+			r.warnf("%s (continuing: --accept-drift)", msg)
+			note := "Note: since your last step, these files were changed outside this session: " + strings.Join(drifted, ", ") + ". Re-read them before relying on their content."
+			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: note})
+			r.transcript(transcriptLine{Type: lineUser, Text: note})
+		}
+		if r.opts.FollowUp != "" {
+			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
+			r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
+		}
+	}
+	st.Status = runrec.StatusRunning
+	if err := r.save(); err != nil {
+		return r.fail(ctx, err)
+	}
+	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, alias, r.lease.Dir())})
+	status, msg := r.loop(ctx)
+	return r.finish(ctx, status, msg)
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// systemPrompt is the role's prompt followed by the task's brief.
+func (r *runner) systemPrompt() (string, error) {
+	sys := strings.TrimSpace(r.opts.Role.SystemPrompt())
+	if r.task.Brief == "" {
+		return sys, nil
+	}
+	p := r.task.Brief
+	if !filepath.IsAbs(p) && r.opts.TaskPath != "" {
+		p = filepath.Join(filepath.Dir(r.opts.TaskPath), p)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("task %s: brief: %w", r.task.ID, err)
+	}
+	if fi.Size() > 256<<10 {
+		return "", fmt.Errorf("task %s: brief %s: %d bytes is larger than 256 KiB", r.task.ID, p, fi.Size())
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", fmt.Errorf("task %s: brief: %w", r.task.ID, err)
+	}
+	if sys == "" {
+		return strings.TrimSpace(string(b)), nil
+	}
+	return sys + "\n\n" + strings.TrimSpace(string(b)), nil
+}
+
+func (r *runner) writeTask() error {
+	b, err := json.MarshalIndent(r.task, "", "  ")
+	if err != nil {
+		return err
+	}
+	return runrec.WriteFileAtomic(r.runDir.Path(runrec.TaskFile), append(b, '\n'), 0o644)
+}
+
+// takeWorktree adopts the session's worktree or takes one from the pool.
+func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
+	st := r.state
+	owner := st.Workspace + "/" + st.Session
+	if st.Slot != "" && mode != modeNew {
+		pool := r.pool
+		if st.PoolDir != "" && st.PoolDir != pool.Dir {
+			cp := *pool
+			cp.Dir = st.PoolDir
+			pool = &cp
+		}
+		l, err := pool.Adopt(ctx, st.Slot, owner)
+		if err == nil {
+			r.lease = l
+			st.Worktree = l.Dir()
+			return nil
+		}
+		if errors.Is(err, ErrSessionBusy) {
+			return err
+		}
+		r.warnf("the session's worktree %s cannot be reused (%v): re-creating it", st.Slot, err)
+	}
+	l, err := r.pool.Acquire(ctx, st.BaseCommit, owner)
+	if err != nil {
+		return err
+	}
+	r.lease = l
+	st.Slot, st.Worktree, st.PoolDir = l.Meta.Slot, l.Dir(), r.pool.Dir
+	if st.LastPatch != "" {
+		if err := applyPatch(ctx, l.Git, st.LastPatch); err != nil {
+			return err
+		}
+	}
+	return r.save()
+}
+
+func (r *runner) save() error {
+	r.state.Files = r.touched.list()
+	if err := os.MkdirAll(r.sessDir, 0o755); err != nil {
+		return err
+	}
+	return r.state.save(r.sessDir)
+}
+
+func (r *runner) transcript(l transcriptLine) {
+	if l.Time.IsZero() {
+		l.Time = r.now().UTC()
+	}
+	if err := r.log.Append(l); err != nil {
+		r.warnf("transcript: %v", err)
+	}
+}
+
+func (r *runner) baseResult() runrec.Result {
+	st := r.state
+	res := runrec.Result{
+		RunID: st.RunID, TaskID: r.task.ID, Session: st.Session, Role: r.opts.Role.Name(), Workspace: st.Workspace,
+		Status: st.Status, ModelAlias: st.ModelAlias, Model: st.Model, Steps: st.Step, StartedAt: st.Started,
+		Repo: st.Repo, BaseCommit: st.BaseCommit, Worktree: st.Worktree, FilesChanged: []string{},
+	}
+	if res.StartedAt.IsZero() {
+		res.StartedAt = r.started
+	}
+	res.PromptTokens, res.CompletionTokens, res.TotalTokens = st.Tokens.known()
+	return res
+}
+
+// record writes result.json and the store's run row.
+func (r *runner) record(ctx context.Context) error {
+	if err := r.runDir.WriteResult(r.result); err != nil {
+		return fmt.Errorf("run record: %w", err)
+	}
+	if r.opts.Store != nil {
+		res := r.result
+		run := bus.Run{ID: res.RunID, TaskID: res.TaskID, Session: res.Session, Role: res.Role, Status: res.Status,
+			ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
+			TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
+			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
+		if err := r.opts.Store.PutRun(context.WithoutCancel(ctx), run); err != nil {
+			r.warnf("bus store: record run %s: %v", res.RunID, err)
+		}
+	}
+	return nil
+}
+
+// fail ends a run that could not start its loop.
+func (r *runner) fail(ctx context.Context, err error) (runrec.Result, error) {
+	return r.finish(ctx, runrec.StatusFailed, err.Error())
+}
+
+// finish extracts the patch, writes the record, checkpoints and releases or
+// keeps the worktree. Work is never lost: the worktree is torn down only
+// after the patch and the record are safely written.
+func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
+	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	st := r.state
+	res := r.baseResult()
+	res.Status = status
+	res.Error = msg
+	res.FinishedAt = r.now()
+	safe := true
+	if r.lease != nil {
+		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
+		if err != nil {
+			safe = false
+			r.warnf("%v", err)
+			res.Error = strings.TrimPrefix(res.Error+"; "+err.Error(), "; ")
+			if res.Status == runrec.StatusSucceeded {
+				res.Status = runrec.StatusFailed
+			}
+		} else {
+			res.PatchID, res.FilesChanged = ex.PatchID, ex.Files
+			if res.FilesChanged == nil {
+				res.FilesChanged = []string{}
+			}
+			st.LastPatch = r.runDir.Path(runrec.PatchFile)
+		}
+		r.touched.update(r.root, r.touchedPaths()...)
+	}
+	if r.log != nil {
+		r.transcript(transcriptLine{Type: lineStop, Step: st.Step, Status: res.Status, Text: res.Error})
+	}
+	st.Status = res.Status
+	r.result = res
+	if err := r.record(ctx); err != nil {
+		return res, err
+	}
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift
+	if resumable && r.lease != nil {
+		r.checkpoint(ctx)
+	}
+	if r.lease != nil {
+		switch {
+		case resumable || r.opts.KeepWorktree || !safe:
+			if err := r.lease.Keep(); err != nil {
+				r.warnf("keep worktree: %v", err)
+			}
+			if !safe {
+				r.warnf("worktree kept at %s: the patch could not be saved", r.lease.Dir())
+			}
+		default:
+			if r.root != nil {
+				r.root.Close()
+			}
+			if err := r.lease.Release(ctx); err != nil {
+				r.warnf("release worktree: %v", err)
+			}
+			st.Slot, st.Worktree = "", ""
+			r.result.Worktree = ""
+			if err := r.runDir.WriteResult(r.result); err != nil {
+				return r.result, fmt.Errorf("run record: %w", err)
+			}
+		}
+	}
+	if r.sessDir != "" && st.RunID != "" {
+		if err := r.save(); err != nil {
+			r.warnf("session state: %v", err)
+		}
+	}
+	var tok *int64
+	if st.Tokens.Reported > 0 {
+		v := st.Tokens.Total
+		tok = &v
+	}
+	r.ev.emit(Event{Event: "stop", Time: r.now(), RunID: st.RunID, Step: st.Step, Status: res.Status, Tokens: tok, Text: res.Error})
+	final := r.result
+	r.ev.emit(Event{Event: "result", Time: r.now(), RunID: st.RunID, Status: res.Status, Result: &final})
+	return r.result, nil
+}
+
+func (r *runner) touchedPaths() []string {
+	out := make([]string, 0, len(r.touched))
+	for p := range r.touched {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// loop is the tool loop. It returns the final status and a message.
+func (r *runner) loop(ctx context.Context) (string, string) {
+	st := r.state
+	deadline := r.started.Add(r.lim.Timeout)
+	lctx, cancel := context.WithDeadlineCause(ctx, deadline, errTimeout)
+	defer cancel()
+	stopped := func() (string, string, bool) {
+		if lctx.Err() == nil {
+			return "", "", false
+		}
+		if ctx.Err() != nil {
+			return runrec.StatusCancelled, "cancelled", true
+		}
+		return runrec.StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached", r.lim.Timeout), true
+	}
+	// An interrupted turn's calls are executed first.
+	if err := r.runPendingCalls(lctx); err != nil {
+		if s, m, ok := stopped(); ok {
+			return s, m
+		}
+		return runrec.StatusFailed, err.Error()
+	}
+	defs := toolDefs(r.tools)
+	for {
+		if s, m, ok := stopped(); ok {
+			return s, m
+		}
+		r.deliverNotes(lctx)
+		// Limits, before every model call.
+		if st.Step >= r.lim.MaxSteps {
+			return runrec.StatusBudget, fmt.Sprintf("step limit of %d reached", r.lim.MaxSteps)
+		}
+		if r.lim.TokenBudget > 0 && st.Tokens.used() >= r.lim.TokenBudget {
+			return runrec.StatusBudget, fmt.Sprintf("token budget of %d reached (%d used)", r.lim.TokenBudget, st.Tokens.used())
+		}
+		for key, n := range st.Repeats {
+			if n >= stuckRepeats {
+				return runrec.StatusStuck, fmt.Sprintf("the same call returned the same result %d times (%s)", n, strings.SplitN(key, "\x00", 2)[0])
+			}
+		}
+		reply, err := r.model.Complete(lctx, ModelRequest{Messages: st.Messages, Tools: defs})
+		if s, m, ok := stopped(); ok {
+			return s, m // a reply after the limit is not used
+		}
+		if err != nil {
+			return runrec.StatusFailed, "model: " + err.Error()
+		}
+		st.Step++
+		r.countTokens(reply)
+		msg := reply.Message
+		msg.Role = openai.ChatMessageRoleAssistant
+		st.Messages = append(st.Messages, msg)
+		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil}
+		r.transcript(line)
+		if err := r.save(); err != nil {
+			return runrec.StatusFailed, "session state: " + err.Error()
+		}
+		var tok *int64
+		if st.Tokens.Reported > 0 {
+			v := st.Tokens.Total
+			tok = &v
+		}
+		r.ev.emit(Event{Event: "step", Time: r.now(), RunID: st.RunID, Step: st.Step, Tokens: tok})
+		if len(msg.ToolCalls) == 0 {
+			return runrec.StatusSucceeded, ""
+		}
+		if err := r.runPendingCalls(lctx); err != nil {
+			if s, m, ok := stopped(); ok {
+				return s, m
+			}
+			return runrec.StatusFailed, err.Error()
+		}
+		if r.lim.CheckpointEvery > 0 && st.Step%r.lim.CheckpointEvery == 0 {
+			r.checkpoint(lctx)
+		}
+	}
+}
+
+// pendingCalls returns the tool calls of the last assistant message that
+// have no result yet.
+func (r *runner) pendingCalls() []openai.ToolCall {
+	msgs := r.state.Messages
+	last := -1
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == openai.ChatMessageRoleAssistant {
+			last = i
+			break
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	done := map[string]bool{}
+	for _, m := range msgs[last+1:] {
+		if m.Role == openai.ChatMessageRoleTool {
+			done[m.ToolCallID] = true
+		}
+	}
+	var out []openai.ToolCall
+	for _, c := range msgs[last].ToolCalls {
+		if !done[c.ID] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (r *runner) runPendingCalls(ctx context.Context) error {
+	st := r.state
+	for _, call := range r.pendingCalls() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		name, args := call.Function.Name, call.Function.Arguments
+		r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
+		res := r.tb.call(ctx, name, args)
+		if ctx.Err() != nil {
+			// Interrupted mid-call: no result is recorded; a resumed run
+			// executes the call again.
+			return ctx.Err()
+		}
+		outFile := ""
+		if res.Full != nil {
+			outFile = filepath.Join("outputs", fmt.Sprintf("step-%03d-%s.txt", st.Step, safeFileName(call.ID)))
+			if err := runrec.WriteFileAtomic(r.runDir.Path(outFile), res.Full, 0o644); err != nil {
+				r.warnf("tool output: %v", err)
+				outFile = ""
+			}
+		}
+		r.transcript(transcriptLine{Type: lineToolResult, Step: st.Step, CallID: call.ID, Tool: name, Content: res.Content, IsError: res.IsError, OutputFile: outFile})
+		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: res.Content, ToolCallID: call.ID, Name: name})
+		if len(res.Touched) > 0 {
+			r.touched.update(r.root, res.Touched...)
+		}
+		if name == ToolRunCommand {
+			if files, err := changedFiles(ctx, r.lease.Git); err == nil {
+				r.touched.update(r.root, files...)
+			}
+		}
+		key := name + "\x00" + canonicalArgs(args) + "\x00" + hashString(res.Content)
+		st.Repeats[key]++
+		st.addHistory(historyItem{Step: st.Step, Tool: name, Args: args, Result: res.Content, IsError: res.IsError})
+		if err := r.save(); err != nil {
+			return fmt.Errorf("session state: %w", err)
+		}
+		status := "ok"
+		if res.IsError {
+			status = "error"
+		}
+		r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: name, Text: status})
+	}
+	return nil
+}
+
+func canonicalArgs(args string) string {
+	var v any
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return args
+	}
+	b, _ := json.Marshal(v) // map keys sorted
+	return string(b)
+}
+
+func hashString(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+func safeFileName(s string) string {
+	s = unsafeKey.ReplaceAllString(s, "_")
+	if len(s) > 60 {
+		s = s[:60]
+	}
+	if s == "" {
+		s = "call"
+	}
+	return s
+}
+
+// countTokens adds a turn's usage; a turn without usage is estimated for the
+// budget only and makes the recorded totals unknown.
+func (r *runner) countTokens(reply ModelReply) {
+	t := &r.state.Tokens
+	if u := reply.Usage; u != nil {
+		t.Prompt += u.PromptTokens
+		t.Completion += u.CompletionTokens
+		total := u.TotalTokens
+		if total == 0 {
+			total = u.PromptTokens + u.CompletionTokens
+		}
+		t.Total += total
+		t.Reported++
+		return
+	}
+	t.Unreported++
+	n := 0
+	for _, m := range r.state.Messages {
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Function.Arguments)
+		}
+	}
+	n += len(reply.Message.Content)
+	t.Estimated += int64(n/4 + 1)
+}

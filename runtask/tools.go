@@ -1,0 +1,629 @@
+package runtask
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
+)
+
+// Bounds of the file tools.
+const (
+	grepDefaultResults = 200
+	grepMaxResults     = 1000
+	grepMaxFileSize    = 4 << 20
+	grepMaxLineLen     = 300
+	listDirMaxEntries  = 2000
+	readMaxFileSize    = 16 << 20
+	maxSymlinkHops     = 40
+)
+
+// toolbox executes the worker's tools inside one worktree.
+type toolbox struct {
+	root    *os.Root
+	dir     string     // the worktree
+	git     patch.Git  // the worktree's own git dir and the worktree
+	role    RolePolicy // never nil
+	allowed map[string]bool
+	sb      sandbox.Sandbox
+	env     []string // complete command environment (allowlisted)
+	lim     limits
+}
+
+// toolResult is one executed call.
+type toolResult struct {
+	Content string // what the model sees (capped, never empty)
+	IsError bool
+	Full    []byte // the complete output when Content had to be capped
+	Touched []string
+}
+
+func errResult(format string, args ...any) toolResult {
+	return toolResult{Content: "error: " + fmt.Sprintf(format, args...), IsError: true}
+}
+
+// toolDefs returns the tool definitions sent to the model for the allowed set.
+func toolDefs(allowed []string) []openai.Tool {
+	defs := map[string]openai.FunctionDefinition{
+		ToolReadFile: {Name: ToolReadFile, Description: "Read a text file of the repository, optionally a range of lines (1-based, inclusive).",
+			Parameters: schema(map[string]any{"path": str("path relative to the repository root"), "start_line": integer("first line (1-based)"), "end_line": integer("last line (inclusive)")}, "path")},
+		ToolWriteFile: {Name: ToolWriteFile, Description: "Create or overwrite a file with the given content. Parent folders are created.",
+			Parameters: schema(map[string]any{"path": str("path relative to the repository root"), "content": str("the complete new content")}, "path", "content")},
+		ToolEditFile: {Name: ToolEditFile, Description: "Replace exactly one occurrence of old_string with new_string in a file. old_string must match exactly once.",
+			Parameters: schema(map[string]any{"path": str("path relative to the repository root"), "old_string": str("exact text to replace (unique in the file)"), "new_string": str("replacement text")}, "path", "old_string", "new_string")},
+		ToolGrep: {Name: ToolGrep, Description: "Search files (respecting .gitignore) for a regular expression (RE2 syntax). Returns path:line:text.",
+			Parameters: schema(map[string]any{"pattern": str("regular expression"), "path": str("folder or file to search (default: everything)"), "ignore_case": map[string]any{"type": "boolean"}, "max_results": integer("at most this many matches (default 200)")}, "pattern")},
+		ToolListDir: {Name: ToolListDir, Description: "List a folder of the repository (folders end with /).",
+			Parameters: schema(map[string]any{"path": str("folder relative to the repository root (default: the root)")})},
+		ToolRunCommand: {Name: ToolRunCommand, Description: "Run an allowlisted command in the repository root. argv is an exact argument vector; no shell.",
+			Parameters: schema(map[string]any{"argv": map[string]any{"type": "array", "items": map[string]any{"type": "string"}, "description": "program and arguments, e.g. [\"go\",\"test\",\"./...\"]"}}, "argv")},
+	}
+	var out []openai.Tool
+	for _, name := range allowed {
+		def := defs[name]
+		out = append(out, openai.Tool{Type: openai.ToolTypeFunction, Function: &def})
+	}
+	return out
+}
+
+func schema(props map[string]any, required ...string) map[string]any {
+	s := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
+}
+func str(desc string) map[string]any { return map[string]any{"type": "string", "description": desc} }
+func integer(desc string) map[string]any {
+	return map[string]any{"type": "integer", "description": desc}
+}
+
+// call executes one tool call. Every failure is a result the model sees.
+func (tb *toolbox) call(ctx context.Context, name, args string) toolResult {
+	if !tb.allowed[name] {
+		known := false
+		for _, c := range CanonicalTools {
+			known = known || c == name
+		}
+		if !known {
+			return errResult("unknown tool %q", name)
+		}
+		return errResult("tool %q is not allowed for this task and role", name)
+	}
+	var r toolResult
+	switch name {
+	case ToolReadFile:
+		r = tb.readFile(args)
+	case ToolWriteFile:
+		r = tb.writeFile(args)
+	case ToolEditFile:
+		r = tb.editFile(args)
+	case ToolGrep:
+		r = tb.grep(ctx, args)
+	case ToolListDir:
+		r = tb.listDir(args)
+	case ToolRunCommand:
+		r = tb.runCommand(ctx, args)
+	}
+	if r.Content == "" {
+		r.Content = "(no output)"
+	}
+	if len(r.Content) > tb.lim.OutputLimit {
+		full := []byte(r.Content)
+		if r.Full == nil {
+			r.Full = full
+		}
+		r.Content = capOutput(full, tb.lim.OutputLimit)
+	}
+	return r
+}
+
+// decodeArgs decodes tool arguments strictly.
+func decodeArgs(tool, args string, dst any) error {
+	if strings.TrimSpace(args) == "" {
+		args = "{}"
+	}
+	dec := json.NewDecoder(strings.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return fmt.Errorf("invalid arguments for %s: %v", tool, err)
+	}
+	return nil
+}
+
+// capOutput keeps the head and the tail of b within limit bytes.
+func capOutput(b []byte, limit int) string {
+	if len(b) <= limit {
+		return strings.ToValidUTF8(string(b), "\uFFFD")
+	}
+	half := limit / 2
+	head, tail := b[:half], b[len(b)-half:]
+	for len(head) > 0 && !utf8.Valid(head[len(head)-min(len(head), 3):]) && !utf8.RuneStart(head[len(head)-1]) {
+		head = head[:len(head)-1]
+	}
+	omitted := len(b) - len(head) - len(tail)
+	return strings.ToValidUTF8(string(head), "\uFFFD") +
+		fmt.Sprintf("\n[... %d bytes omitted: output capped at %d bytes; the full output is kept in the run folder ...]\n", omitted, limit) +
+		strings.ToValidUTF8(string(tail), "\uFFFD")
+}
+
+// errConfined is returned for paths outside what the tools may touch.
+var errConfined = errors.New("path not allowed")
+
+// cleanPath checks a model-supplied path: relative, no "..", no component
+// named .git (any case), no symlink leading out of the worktree or into .git.
+// It returns the cleaned slash path ("." for the root when allowRoot).
+func (tb *toolbox) cleanPath(p string, allowRoot bool) (string, error) {
+	p = strings.TrimSpace(p)
+	if p == "" || p == "." || p == "./" {
+		if allowRoot {
+			return ".", nil
+		}
+		return "", fmt.Errorf("%w: a file path is required", errConfined)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: path contains a NUL byte", errConfined)
+	}
+	if strings.HasPrefix(p, "/") || filepath.IsAbs(p) || strings.HasPrefix(p, "~") {
+		return "", fmt.Errorf("%w: %q is absolute; use a path relative to the repository root", errConfined, p)
+	}
+	if err := checkComponents(p); err != nil {
+		return "", err
+	}
+	clean := path.Clean(p)
+	if clean == "." && !allowRoot {
+		return "", fmt.Errorf("%w: a file path is required", errConfined)
+	}
+	if err := tb.checkSymlinks(clean); err != nil {
+		return "", err
+	}
+	return clean, nil
+}
+
+func checkComponents(p string) error {
+	for _, c := range strings.Split(p, "/") {
+		switch {
+		case c == "..":
+			return fmt.Errorf("%w: %q uses '..'; paths must stay inside the repository", errConfined, p)
+		case strings.EqualFold(strings.TrimRight(c, ". "), ".git") || strings.EqualFold(c, ".git"):
+			return fmt.Errorf("%w: %q: .git is not accessible to tools", errConfined, p)
+		}
+	}
+	return nil
+}
+
+// checkSymlinks follows symlinks along p lexically and refuses any that
+// leave the worktree or lead into .git. os.Root enforces the escape rule
+// again at open time; this check also protects .git, which is inside.
+func (tb *toolbox) checkSymlinks(p string) error {
+	parts := strings.Split(p, "/")
+	hops := 0
+	for i := 0; i < len(parts); i++ {
+		prefix := strings.Join(parts[:i+1], "/")
+		fi, err := tb.root.Lstat(prefix)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // the rest does not exist yet (a new file)
+			}
+			return fmt.Errorf("%w: %q: %v", errConfined, p, stripRootErr(err))
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if hops++; hops > maxSymlinkHops {
+			return fmt.Errorf("%w: %q: too many symlinks", errConfined, p)
+		}
+		target, err := tb.root.Readlink(prefix)
+		if err != nil {
+			return fmt.Errorf("%w: %q: %v", errConfined, p, stripRootErr(err))
+		}
+		if path.IsAbs(target) {
+			return fmt.Errorf("%w: %q: symlink %s points outside the repository", errConfined, p, prefix)
+		}
+		resolved := path.Join(path.Dir(prefix), target)
+		if resolved == ".." || strings.HasPrefix(resolved, "../") {
+			return fmt.Errorf("%w: %q: symlink %s points outside the repository", errConfined, p, prefix)
+		}
+		if err := checkComponents(resolved); err != nil {
+			return fmt.Errorf("%w: %q: symlink %s leads into .git", errConfined, p, prefix)
+		}
+		rest := append(strings.Split(resolved, "/"), parts[i+1:]...)
+		if resolved == "." {
+			rest = parts[i+1:]
+		}
+		parts, i = rest, -1
+	}
+	return nil
+}
+
+// stripRootErr removes the host path from an os.Root error: the model sees
+// only repository-relative names.
+func stripRootErr(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err.Error()
+	}
+	return err.Error()
+}
+
+func isBinary(b []byte) bool {
+	return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0
+}
+
+func (tb *toolbox) readFile(args string) toolResult {
+	var a struct {
+		Path      string `json:"path"`
+		StartLine int    `json:"start_line"`
+		EndLine   int    `json:"end_line"`
+	}
+	if err := decodeArgs(ToolReadFile, args, &a); err != nil {
+		return errResult("%v", err)
+	}
+	p, err := tb.cleanPath(a.Path, false)
+	if err != nil {
+		return errResult("%v", err)
+	}
+	fi, err := tb.root.Stat(p)
+	if err != nil {
+		return errResult("read %s: %s", p, stripRootErr(err))
+	}
+	if fi.IsDir() {
+		return errResult("read %s: is a folder; use list_dir", p)
+	}
+	if fi.Size() > readMaxFileSize {
+		return errResult("read %s: %d bytes is too large to read", p, fi.Size())
+	}
+	b, err := tb.root.ReadFile(p)
+	if err != nil {
+		return errResult("read %s: %s", p, stripRootErr(err))
+	}
+	if isBinary(b) {
+		return errResult("read %s: binary file (%d bytes)", p, len(b))
+	}
+	if a.StartLine == 0 && a.EndLine == 0 {
+		if len(b) == 0 {
+			return toolResult{Content: "(empty file)"}
+		}
+		return toolResult{Content: string(b)}
+	}
+	if a.StartLine < 0 || a.EndLine < 0 || (a.EndLine > 0 && a.EndLine < a.StartLine) {
+		return errResult("read %s: invalid line range %d-%d", p, a.StartLine, a.EndLine)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	if len(lines) > 0 && lines[len(lines)-1] == "" {
+		lines = lines[:len(lines)-1]
+	}
+	start := max(a.StartLine, 1)
+	end := a.EndLine
+	if end == 0 || end > len(lines) {
+		end = len(lines)
+	}
+	if start > len(lines) {
+		return errResult("read %s: start_line %d is past the end (%d lines)", p, start, len(lines))
+	}
+	return toolResult{Content: strings.Join(lines[start-1:end], "")}
+}
+
+func (tb *toolbox) writeFile(args string) toolResult {
+	var a struct {
+		Path    string  `json:"path"`
+		Content *string `json:"content"`
+	}
+	if err := decodeArgs(ToolWriteFile, args, &a); err != nil {
+		return errResult("%v", err)
+	}
+	if a.Content == nil {
+		return errResult("invalid arguments for write_file: content is required")
+	}
+	p, err := tb.cleanPath(a.Path, false)
+	if err != nil {
+		return errResult("%v", err)
+	}
+	if err := tb.role.CheckWrite(p); err != nil {
+		return errResult("write %s: %s", p, refusalText(err))
+	}
+	if dir := path.Dir(p); dir != "." {
+		if err := tb.root.MkdirAll(dir, 0o755); err != nil {
+			return errResult("write %s: %s", p, stripRootErr(err))
+		}
+	}
+	perm := fs.FileMode(0o644)
+	if fi, err := tb.root.Stat(p); err == nil {
+		if fi.IsDir() {
+			return errResult("write %s: is a folder", p)
+		}
+		perm = fi.Mode().Perm()
+	}
+	if err := tb.root.WriteFile(p, []byte(*a.Content), perm); err != nil {
+		return errResult("write %s: %s", p, stripRootErr(err))
+	}
+	return toolResult{Content: fmt.Sprintf("wrote %s (%d bytes)", p, len(*a.Content)), Touched: []string{p}}
+}
+
+func (tb *toolbox) editFile(args string) toolResult {
+	var a struct {
+		Path      string  `json:"path"`
+		OldString *string `json:"old_string"`
+		NewString *string `json:"new_string"`
+	}
+	if err := decodeArgs(ToolEditFile, args, &a); err != nil {
+		return errResult("%v", err)
+	}
+	if a.OldString == nil || a.NewString == nil {
+		return errResult("invalid arguments for edit_file: old_string and new_string are required")
+	}
+	if *a.OldString == "" {
+		return errResult("edit: old_string must not be empty (use write_file to create a file)")
+	}
+	p, err := tb.cleanPath(a.Path, false)
+	if err != nil {
+		return errResult("%v", err)
+	}
+	if err := tb.role.CheckWrite(p); err != nil {
+		return errResult("edit %s: %s", p, refusalText(err))
+	}
+	fi, err := tb.root.Stat(p)
+	if err != nil {
+		return errResult("edit %s: %s", p, stripRootErr(err))
+	}
+	if fi.IsDir() {
+		return errResult("edit %s: is a folder", p)
+	}
+	b, err := tb.root.ReadFile(p)
+	if err != nil {
+		return errResult("edit %s: %s", p, stripRootErr(err))
+	}
+	switch n := strings.Count(string(b), *a.OldString); n {
+	case 0:
+		return errResult("edit %s: old_string not found; read the file and copy the text exactly", p)
+	case 1:
+	default:
+		return errResult("edit %s: old_string matches %d places; include more surrounding text so it matches exactly once", p, n)
+	}
+	out := strings.Replace(string(b), *a.OldString, *a.NewString, 1)
+	if err := tb.root.WriteFile(p, []byte(out), fi.Mode().Perm()); err != nil {
+		return errResult("edit %s: %s", p, stripRootErr(err))
+	}
+	return toolResult{Content: fmt.Sprintf("edited %s", p), Touched: []string{p}}
+}
+
+func (tb *toolbox) grep(ctx context.Context, args string) toolResult {
+	var a struct {
+		Pattern    string `json:"pattern"`
+		Path       string `json:"path"`
+		IgnoreCase bool   `json:"ignore_case"`
+		MaxResults int    `json:"max_results"`
+	}
+	if err := decodeArgs(ToolGrep, args, &a); err != nil {
+		return errResult("%v", err)
+	}
+	if a.Pattern == "" {
+		return errResult("grep: pattern is required")
+	}
+	expr := a.Pattern
+	if a.IgnoreCase {
+		expr = "(?i)" + expr
+	}
+	re, err := regexp.Compile(expr)
+	if err != nil {
+		return errResult("grep: invalid pattern: %v", err)
+	}
+	p, err := tb.cleanPath(a.Path, true)
+	if err != nil {
+		return errResult("%v", err)
+	}
+	limit := a.MaxResults
+	if limit <= 0 {
+		limit = grepDefaultResults
+	}
+	limit = min(limit, grepMaxResults)
+	lsArgs := []string{"ls-files", "-z", "--cached", "--others", "--exclude-standard", "--deduplicate"}
+	if p != "." {
+		lsArgs = append(lsArgs, "--", ":(literal)"+p)
+	}
+	out, err := tb.git.Run(ctx, lsArgs...)
+	if err != nil {
+		return errResult("grep: listing files failed")
+	}
+	var files []string
+	for _, f := range strings.Split(string(out), "\x00") {
+		if f != "" {
+			files = append(files, f)
+		}
+	}
+	sort.Strings(files)
+	var b strings.Builder
+	n := 0
+	for _, f := range files {
+		if checkComponents(f) != nil {
+			continue
+		}
+		fi, err := tb.root.Lstat(f)
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > grepMaxFileSize {
+			continue // deleted, a symlink, a submodule or too large
+		}
+		data, err := tb.root.ReadFile(f)
+		if err != nil || isBinary(data) {
+			continue
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			if !re.MatchString(line) {
+				continue
+			}
+			if n == limit {
+				fmt.Fprintf(&b, "[stopped at %d matches; narrow the pattern or the path]\n", limit)
+				return toolResult{Content: b.String()}
+			}
+			if len(line) > grepMaxLineLen {
+				line = strings.ToValidUTF8(line[:grepMaxLineLen], "") + "…"
+			}
+			fmt.Fprintf(&b, "%s:%d:%s\n", f, i+1, line)
+			n++
+		}
+	}
+	if n == 0 {
+		return toolResult{Content: "no matches"}
+	}
+	return toolResult{Content: b.String()}
+}
+
+func (tb *toolbox) listDir(args string) toolResult {
+	var a struct {
+		Path string `json:"path"`
+	}
+	if err := decodeArgs(ToolListDir, args, &a); err != nil {
+		return errResult("%v", err)
+	}
+	p, err := tb.cleanPath(a.Path, true)
+	if err != nil {
+		return errResult("%v", err)
+	}
+	f, err := tb.root.Open(p)
+	if err != nil {
+		return errResult("list %s: %s", p, stripRootErr(err))
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	if err != nil {
+		return errResult("list %s: not a folder", p)
+	}
+	var names []string
+	for _, e := range entries {
+		if strings.EqualFold(e.Name(), ".git") {
+			continue
+		}
+		name := e.Name()
+		switch {
+		case e.IsDir():
+			name += "/"
+		case e.Type()&fs.ModeSymlink != 0:
+			name += "@"
+		}
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return toolResult{Content: "(empty folder)"}
+	}
+	more := ""
+	if len(names) > listDirMaxEntries {
+		more = fmt.Sprintf("[... and %d more entries]\n", len(names)-listDirMaxEntries)
+		names = names[:listDirMaxEntries]
+	}
+	return toolResult{Content: strings.Join(names, "\n") + "\n" + more}
+}
+
+func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
+	var a struct {
+		Argv []string `json:"argv"`
+	}
+	if err := decodeArgs(ToolRunCommand, args, &a); err != nil {
+		return errResult("%v (run_command takes {\"argv\": [\"program\", \"arg\", ...]}; there is no shell)", err)
+	}
+	if len(a.Argv) == 0 || a.Argv[0] == "" {
+		return errResult("run_command: argv must name a program")
+	}
+	if err := tb.role.CheckCommand(a.Argv); err != nil {
+		return errResult("run_command %s: %s", strings.Join(a.Argv, " "), refusalText(err))
+	}
+	if tb.sb == nil {
+		return errResult("run_command: no sandbox is configured for this run")
+	}
+	res, err := tb.sb.Run(ctx, sandbox.Spec{
+		Dir:         tb.dir,
+		Argv:        a.Argv,
+		Env:         tb.env,
+		Timeout:     tb.lim.CommandTimeout,
+		OutputLimit: fullOutputLimit,
+	})
+	if err != nil {
+		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)
+	}
+	var head string
+	switch {
+	case res.TimedOut:
+		head = fmt.Sprintf("command timed out after %s (killed)\n", tb.lim.CommandTimeout)
+	default:
+		head = fmt.Sprintf("exit status %d\n", res.ExitCode)
+	}
+	if res.Truncated {
+		head += "[output truncated by the sandbox]\n"
+	}
+	full := append([]byte(head), res.Output...)
+	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut}
+}
+
+// refusalText renders a policy answer for the model.
+func refusalText(err error) string {
+	var r *policy.Refusal
+	if errors.As(err, &r) {
+		s := "refused (" + r.Code + "): " + r.Reason
+		if r.Fix != "" {
+			s += "; " + r.Fix
+		}
+		return s
+	}
+	return err.Error()
+}
+
+// secretName matches environment variable names that look like credentials:
+// they never reach a command, whatever a role lists.
+var secretName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)`)
+
+// commandEnv builds the complete environment for worker commands: PATH,
+// HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
+// that are set — never a name that looks like a credential, never denied.
+func commandEnv(getenv func(string) string, role RolePolicy, scratch string, denied []string) (env []string, dropped []string) {
+	pathv := getenv("PATH")
+	if pathv == "" {
+		pathv = "/usr/local/bin:/usr/bin:/bin"
+	}
+	lang := getenv("LANG")
+	if lang == "" {
+		lang = "C.UTF-8"
+	}
+	env = []string{
+		"PATH=" + pathv,
+		"HOME=" + filepath.Join(scratch, "home"),
+		"TMPDIR=" + filepath.Join(scratch, "tmp"),
+		"LANG=" + lang,
+	}
+	fixed := map[string]bool{"PATH": true, "HOME": true, "TMPDIR": true, "LANG": true}
+	deny := map[string]bool{}
+	for _, d := range denied {
+		deny[d] = true
+	}
+	if role == nil {
+		return env, nil
+	}
+	names := append([]string(nil), role.EnvAllowlist()...)
+	sort.Strings(names)
+	for _, name := range names {
+		if fixed[name] || name == "" || strings.ContainsAny(name, "=\x00") {
+			continue
+		}
+		if deny[name] || secretName.MatchString(name) || strings.HasPrefix(name, "GIT_") {
+			dropped = append(dropped, name)
+			continue
+		}
+		if v := getenv(name); v != "" {
+			env = append(env, name+"="+v)
+		}
+	}
+	return env, dropped
+}

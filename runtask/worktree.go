@@ -1,0 +1,174 @@
+package runtask
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
+)
+
+// ResolveRepo finds the repository a task's workspace names: the explicit
+// repo (--repo), else $WORKER_REPO_ROOT/<workspace>, else the conductor's
+// clone under <data root>/workspaces/<workspace>.
+func ResolveRepo(repo, workspace string, cfg conductor.Config, getenv func(string) string) (patch.Git, error) {
+	if repo != "" {
+		g, err := patch.OpenRepo(repo)
+		if err != nil {
+			return g, fmt.Errorf("workspace %s: --repo: %w", workspace, err)
+		}
+		return g, nil
+	}
+	var tried []string
+	if root := getenv("WORKER_REPO_ROOT"); root != "" {
+		p := filepath.Join(root, workspace)
+		if _, err := os.Stat(p); err == nil {
+			return patch.OpenRepo(p)
+		}
+		tried = append(tried, p+" (WORKER_REPO_ROOT)")
+	}
+	p := filepath.Join(cfg.WorkspacesDir(), workspace)
+	if _, err := os.Stat(p); err == nil {
+		return patch.OpenRepo(p)
+	}
+	tried = append(tried, p+" (the conductor's clone)")
+	return patch.Git{}, fmt.Errorf("workspace %q: no repository found; tried %s; pass --repo DIR", workspace, strings.Join(tried, ", "))
+}
+
+// resolveBase turns the task's base (default HEAD) into a commit id.
+func resolveBase(ctx context.Context, repo patch.Git, base string) (string, error) {
+	if base == "" {
+		base = "HEAD"
+	}
+	id, err := patch.Git{GitDir: repo.CommonDir()}.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", base+"^{commit}")
+	if err != nil || id == "" {
+		return "", fmt.Errorf("base %q: not a commit in %s", base, repo.CommonDir())
+	}
+	return id, nil
+}
+
+// extractPatch writes the worktree's whole difference from base to out
+// (atomically: temp file, fsync, rename) through the patch package, the one
+// extraction path shared with `conductor extract`.
+func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out string) (patch.Extracted, error) {
+	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp*")
+	if err != nil {
+		return patch.Extracted{}, fmt.Errorf("extract: %w", err)
+	}
+	defer os.Remove(f.Name()) // no-op after the rename
+	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f})
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), out)
+	}
+	if err != nil {
+		return ex, err
+	}
+	if d, err := os.Open(filepath.Dir(out)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return ex, nil
+}
+
+// applyPatch re-creates a session's earlier output in a fresh worktree.
+func applyPatch(ctx context.Context, wt patch.Git, file string) error {
+	fi, err := os.Stat(file)
+	if err != nil || fi.Size() == 0 {
+		return err
+	}
+	if _, err := wt.Run(ctx, "apply", "--binary", "--whitespace=nowarn", "--", file); err != nil {
+		return fmt.Errorf("re-apply the session's patch %s: %w", file, err)
+	}
+	return nil
+}
+
+// changedFiles lists worktree paths that differ from HEAD or are untracked
+// (not ignored).
+func changedFiles(ctx context.Context, wt patch.Git) ([]string, error) {
+	out, err := wt.Run(ctx, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, rec := range strings.Split(string(out), "\x00") {
+		if len(rec) > 3 {
+			files = append(files, rec[3:])
+		}
+	}
+	return files, nil
+}
+
+// hashFile returns the sha256 of a worktree file's content ("" when absent,
+// "dir" for a folder, "link:<sha>" for a symlink's target).
+func hashFile(root *os.Root, p string) string {
+	fi, err := root.Lstat(p)
+	if err != nil {
+		return ""
+	}
+	switch {
+	case fi.Mode()&fs.ModeSymlink != 0:
+		t, _ := root.Readlink(p)
+		sum := sha256.Sum256([]byte(t))
+		return "link:" + hex.EncodeToString(sum[:])
+	case fi.IsDir():
+		return "dir"
+	}
+	f, err := root.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return ""
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// touchedSet tracks files the worker changed, with content hashes.
+type touchedSet map[string]string
+
+func (t touchedSet) update(root *os.Root, paths ...string) {
+	for _, p := range paths {
+		t[p] = hashFile(root, p)
+	}
+}
+
+func (t touchedSet) list() []bus.FileHash {
+	out := make([]bus.FileHash, 0, len(t))
+	for p, h := range t {
+		out = append(out, bus.FileHash{Path: p, Hash: h})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// driftCheck compares recorded hashes with the worktree; skip lists paths a
+// half-finished call may have changed.
+func driftCheck(root *os.Root, files []bus.FileHash, skip map[string]bool) []string {
+	var drifted []string
+	for _, f := range files {
+		if skip[f.Path] {
+			continue
+		}
+		if hashFile(root, f.Path) != f.Hash {
+			drifted = append(drifted, f.Path)
+		}
+	}
+	return drifted
+}
