@@ -26,6 +26,13 @@ type Spec struct {
 	Timeout     time.Duration // 0: no timeout beyond ctx
 	OutputLimit int64         // cap on captured output bytes (head+tail kept); 0: default
 	Stdin       []byte
+
+	// Scratch is an optional host folder outside Dir, bound read-write at
+	// its own path: the place for HOME, GOCACHE and GOPATH that persist
+	// across the commands of one session. Empty: HOME, TMPDIR, GOCACHE,
+	// GOPATH, GOMODCACHE and XDG_CACHE_HOME that point outside Dir get a
+	// fresh, empty tmpfs for each command.
+	Scratch string
 }
 
 // Result is what a command did.
@@ -35,6 +42,18 @@ type Result struct {
 	Truncated bool          `json:"truncated"`
 	TimedOut  bool          `json:"timedOut"`
 	Duration  time.Duration `json:"duration"`
+
+	// Outcome names how the command ended: exited, signaled, timeout,
+	// output-exceeded, cancelled (the Outcome* constants).
+	Outcome string `json:"outcome"`
+	// Signal is the signal that ended the command when Outcome is
+	// signaled (e.g. "killed" for a command killed by the kernel).
+	Signal string `json:"signal,omitempty"`
+	// OutputExceeded: the command wrote more than the kill limit and was
+	// killed.
+	OutputExceeded bool `json:"outputExceeded"`
+	// OutputBytes is the total output written, kept or not.
+	OutputBytes int64 `json:"outputBytes"`
 }
 
 // Sandbox runs commands in isolation.

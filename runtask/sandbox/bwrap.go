@@ -1,0 +1,246 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// bwrapBackend runs each command in a fresh bubblewrap sandbox:
+//
+//	prlimit (process, file-size, open-file and core limits)
+//	  → bwrap --args 3 (as the unprivileged sandbox uid when the conductor is root)
+//	    → a fresh user, mount, pid, net, ipc, uts and cgroup namespace
+//	      → the command, in the worktree, with exactly Spec.Env
+type bwrapBackend struct {
+	opts    Options
+	id      identity
+	bwrap   string
+	prlimit string
+	version string
+	layout  hostLayout
+}
+
+func newBwrap(o Options) (*bwrapBackend, error) {
+	id, err := o.identity()
+	if err != nil {
+		return nil, fmt.Errorf("%w: bwrap: %v", ErrUnavailable, err)
+	}
+	b := &bwrapBackend{opts: o, id: id}
+	if b.bwrap, err = lookPath(o.BwrapPath, "bwrap"); err != nil {
+		return nil, fmt.Errorf("%w: bwrap: bubblewrap is not installed (%v); install the bubblewrap package", ErrUnavailable, err)
+	}
+	if b.prlimit, err = lookPath(o.PrlimitPath, "prlimit"); err != nil {
+		return nil, fmt.Errorf("%w: bwrap: prlimit (util-linux) is not installed (%v); it sets the process and file limits", ErrUnavailable, err)
+	}
+	out, err := exec.Command(b.bwrap, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: bwrap: %s --version: %v", ErrUnavailable, b.bwrap, err)
+	}
+	b.version = strings.TrimSpace(string(out))
+	b.layout = detectLayout(b.version)
+	return b, nil
+}
+
+func lookPath(override, name string) (string, error) {
+	if override != "" {
+		return exec.LookPath(override)
+	}
+	return exec.LookPath(name)
+}
+
+func (b *bwrapBackend) Name() string { return "bwrap" }
+
+// sandboxInfo is what bwrap writes to --info-fd once the sandbox exists.
+type sandboxInfo struct {
+	ChildPID int    `json:"child-pid"`
+	NetNS    uint64 `json:"net-namespace"`
+	PidNS    uint64 `json:"pid-namespace"`
+	UserNS   uint64 `json:"user-namespace"`
+}
+
+// Run runs spec in a fresh sandbox.
+func (b *bwrapBackend) Run(ctx context.Context, spec Spec) (Result, error) {
+	res, _, err := b.run(ctx, spec)
+	return res, err
+}
+
+func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo, error) {
+	var info sandboxInfo
+	p, err := makePlan(spec)
+	if err != nil {
+		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+	}
+	if b.id.drop {
+		for _, d := range []string{p.dir, p.scratch} {
+			if d == "" {
+				continue
+			}
+			if err := checkReachable(d, b.id); err != nil {
+				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+			}
+			if err := handOver(d, b.id); err != nil {
+				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+			}
+		}
+	}
+	const argsFD, infoFD = 3, 4
+	args := bwrapArgs(p, b.layout, b.opts.withDefaults(), infoFD)
+
+	argsR, argsW, err := os.Pipe()
+	if err != nil {
+		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+	}
+	infoR, infoW, err := os.Pipe()
+	if err != nil {
+		argsR.Close()
+		argsW.Close()
+		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+	}
+	defer argsR.Close()
+	defer argsW.Close()
+	defer infoR.Close()
+	defer infoW.Close()
+
+	o := b.opts.withDefaults()
+	cmd := &exec.Cmd{
+		Path: b.prlimit,
+		Args: []string{"prlimit",
+			"--nproc=" + lim(o.MaxProcs), "--fsize=" + lim(o.MaxFileSize),
+			"--nofile=" + lim(o.MaxOpenFiles), "--core=0:0",
+			"--", b.bwrap, "--args", strconv.Itoa(argsFD), "--"},
+		Env:        []string{}, // bwrap itself gets nothing; --setenv gives the command Spec.Env
+		Dir:        "/",
+		ExtraFiles: []*os.File{argsR, infoW},
+		SysProcAttr: &syscall.SysProcAttr{
+			Setpgid:   true,
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	if b.layout.env != "" && !p.hasEnv("PWD") {
+		// bwrap sets PWD after --chdir; the command must see only
+		// Spec.Env.
+		cmd.Args = append(cmd.Args, b.layout.env, "-u", "PWD", "--")
+	}
+	cmd.Args = append(cmd.Args, p.argv...)
+	if b.id.drop {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(b.id.uid), Gid: uint32(b.id.gid), Groups: []uint32{}}
+	}
+
+	infoCh := make(chan sandboxInfo, 1)
+	r := runner{opts: o}
+	r.afterStart = func() (func(), func(time.Duration) bool) {
+		argsR.Close()
+		infoW.Close()
+		go func() {
+			// bwrap reads its options NUL-separated from fd 3.
+			var buf bytes.Buffer
+			for _, s := range args {
+				buf.WriteString(s)
+				buf.WriteByte(0)
+			}
+			_, _ = argsW.Write(buf.Bytes())
+			argsW.Close()
+		}()
+		go func() {
+			var si sandboxInfo
+			data, _ := io.ReadAll(infoR)
+			if len(bytes.TrimSpace(data)) > 0 {
+				_ = json.Unmarshal(data, &si)
+			}
+			infoCh <- si
+		}()
+		var got *sandboxInfo
+		getInfo := func(wait time.Duration) *sandboxInfo {
+			if got != nil {
+				return got
+			}
+			select {
+			case si := <-infoCh:
+				got = &si
+			case <-time.After(wait):
+			}
+			return got
+		}
+		kill := func() {
+			// The sandbox's pid 1: killing it tears down the whole pid
+			// namespace, whatever session or group its processes made.
+			if si := getInfo(0); si != nil && si.ChildPID > 0 {
+				_ = syscall.Kill(si.ChildPID, syscall.SIGKILL)
+			}
+		}
+		gone := func(grace time.Duration) bool {
+			si := getInfo(grace)
+			if si == nil {
+				return true // bwrap died before the sandbox existed
+			}
+			info = *si
+			if si.ChildPID <= 0 {
+				return true
+			}
+			return waitGone(si.ChildPID, si.PidNS, grace)
+		}
+		return kill, gone
+	}
+	res, err := r.execute(ctx, cmd, spec)
+	if err != nil {
+		return res, info, err
+	}
+	if info.ChildPID == 0 && res.Outcome == OutcomeExited && res.ExitCode != 0 {
+		return res, info, fmt.Errorf("sandbox: bwrap could not set up the sandbox: %s", strings.TrimSpace(string(res.Output)))
+	}
+	return res, info, nil
+}
+
+func lim(n uint64) string { s := strconv.FormatUint(n, 10); return s + ":" + s }
+
+// waitGone waits until the process pid, the pid 1 of the sandbox's pid
+// namespace pidNS, has exited (is gone or a zombie). The kernel empties the
+// namespace before its pid 1 becomes a zombie, so this means every process
+// of the sandbox is gone.
+func waitGone(pid int, pidNS uint64, grace time.Duration) bool {
+	deadline := time.Now().Add(grace)
+	want := fmt.Sprintf("pid:[%d]", pidNS)
+	for {
+		if !inNamespaceAlive(pid, want) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func inNamespaceAlive(pid int, nsLink string) bool {
+	// /proc/PID/ns/pid names the namespace the process lives in: for the
+	// sandbox's pid 1 that is the sandbox's; for a reused pid it differs.
+	link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		// not ours to inspect (a non-root conductor may not read the
+		// links of a process in the sandbox's user namespace): fall
+		// back to the state alone.
+	case err != nil || link != nsLink:
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// state is the field after the parenthesised command name.
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z' && stat[i+2] != 'X'
+	}
+	return true
+}

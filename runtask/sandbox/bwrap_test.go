@@ -1,0 +1,553 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func token(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "tok" + hex.EncodeToString(b)
+}
+
+func TestBwrapRunsCommands(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	tests := []struct {
+		name     string
+		argv     []string
+		stdin    string
+		wantCode int
+		wantOut  string
+	}{
+		{"exit zero", []string{"true"}, "", 0, ""},
+		{"exit non-zero", []string{"false"}, "", 1, ""},
+		{"usage error", []string{et}, "", 2, "usage: escapetool"},
+		{"output", []string{"echo", "hello", "sandbox"}, "", 0, "hello sandbox\n"},
+		{"stdin", []string{"cat"}, "from stdin\n", 0, "from stdin\n"},
+		{"argv is never a shell string", []string{"echo", "$(id)", ";", "`id`", "&&", "id"}, "", 0, "$(id) ; `id` && id\n"},
+		{"working directory is the worktree", []string{"pwd"}, "", 0, wt + "\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := Spec{Dir: wt, Argv: tc.argv, Env: []string{testPath}, Timeout: 20 * time.Second}
+			if tc.stdin != "" {
+				spec.Stdin = []byte(tc.stdin)
+			}
+			res, err := sb.Run(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != tc.wantCode || res.Outcome != OutcomeExited {
+				t.Fatalf("exit %d outcome %s, want %d exited; output:\n%s", res.ExitCode, res.Outcome, tc.wantCode, res.Output)
+			}
+			if tc.wantOut != "" && !strings.Contains(string(res.Output), tc.wantOut) {
+				t.Fatalf("output %q does not contain %q", res.Output, tc.wantOut)
+			}
+		})
+	}
+}
+
+func TestBwrapCommandNotFound(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"no-such-program-xyz"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 || !strings.Contains(string(res.Output), "no-such-program-xyz") {
+		t.Fatalf("exit %d, output %q: want a failure naming the program", res.ExitCode, res.Output)
+	}
+}
+
+func TestBwrapRunsUnprivileged(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "id"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("id: %v %+v %s", err, res, res.Output)
+	}
+	want := fmt.Sprintf("uid=%d gid=%d euid=%d", os.Geteuid(), os.Getegid(), os.Geteuid())
+	if os.Geteuid() == 0 {
+		want = fmt.Sprintf("uid=%d gid=%d euid=%d", DefaultUID, DefaultGID, DefaultUID)
+	}
+	if !strings.HasPrefix(string(res.Output), want) {
+		t.Fatalf("id in the sandbox: %q, want prefix %q", res.Output, want)
+	}
+	if os.Geteuid() == 0 && !strings.Contains(string(res.Output), "groups=[]") && !strings.Contains(string(res.Output), fmt.Sprintf("groups=[%d]", DefaultGID)) {
+		t.Fatalf("supplementary groups leaked into the sandbox: %q", res.Output)
+	}
+	// No capability either, even inside its own user namespace.
+	res, err = sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "read", "/proc/self/status"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("read status: %v %s", err, res.Output)
+	}
+	for _, line := range strings.Split(string(res.Output), "\n") {
+		if strings.HasPrefix(line, "CapEff:") || strings.HasPrefix(line, "CapPrm:") || strings.HasPrefix(line, "CapBnd:") {
+			if !strings.HasSuffix(line, "0000000000000000") {
+				t.Errorf("capabilities in the sandbox: %s", line)
+			}
+		}
+		if strings.HasPrefix(line, "NoNewPrivs:") && !strings.HasSuffix(line, "1") {
+			t.Errorf("no_new_privs not set: %s", line)
+		}
+	}
+}
+
+func TestBwrapEnvironmentIsExactlySpecEnv(t *testing.T) {
+	// Secrets in the conductor's own environment must not reach a command.
+	secrets := map[string]string{
+		"OPENAI_API_KEY":  "sk-" + token(t),
+		"GITEA_TOKEN":     "gt-" + token(t),
+		"CONDUCTOR_OTHER": "other-" + token(t),
+		"DATABASE_URL":    "postgres://u:pw-" + token(t) + "@h/db",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	env := []string{testPath, "LANG=C.UTF-8", "HOME=/tmp/home", "GOFLAGS=-mod=mod"}
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "env"}, Env: env, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("env: %v %s", err, res.Output)
+	}
+	got := strings.Split(strings.TrimSpace(string(res.Output)), "\n")
+	slices.Sort(got)
+	want := slices.Clone(env)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("environment in the sandbox:\n%s\nwant exactly:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Nor through /proc: the sandbox's pid 1 (bwrap) carries no options
+	// on its command line and an empty environment.
+	for _, f := range []string{"/proc/1/cmdline", "/proc/1/environ"} {
+		res, _ := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "read", f}, Timeout: 20 * time.Second})
+		for k, v := range secrets {
+			if strings.Contains(string(res.Output), v) {
+				t.Errorf("%s in the sandbox shows %s", f, k)
+			}
+		}
+		if strings.Contains(string(res.Output), "--ro-bind") {
+			t.Errorf("%s shows the sandbox's options: %q", f, res.Output)
+		}
+	}
+}
+
+func TestBwrapFilesystemConfinement(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	toolDir, et := escapeTool(t)
+	secret := "secret-" + token(t)
+
+	// A 0600 root-owned (test user's) file inside a folder the sandbox
+	// sees read-only, and one in a folder it does not see at all.
+	visibleSecret := filepath.Join(toolDir, "secret-"+token(t))
+	writeFile(t, visibleSecret, secret, 0o600)
+	t.Cleanup(func() { os.Remove(visibleSecret) })
+	outside := worktree(t)
+	hiddenSecret := filepath.Join(outside, "secret")
+	writeFile(t, hiddenSecret, secret, 0o644)
+
+	wt := worktree(t)
+	parent := filepath.Dir(wt)
+	// Symlinks planted in the worktree pointing out of it.
+	for name, target := range map[string]string{"to-secret": hiddenSecret, "to-outside": outside, "to-root": "/", "to-parent": ".."} {
+		if err := os.Symlink(target, filepath.Join(wt, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hostTmp := "/tmp/conductor-escape-" + token(t)
+	t.Cleanup(func() { os.Remove(hostTmp) })
+
+	tests := []struct {
+		name       string
+		argv       []string
+		mustAbsent string // a host path that must not exist afterwards
+		// freshTmp: the target lies under /tmp, which is a fresh tmpfs in
+		// the sandbox: the write may succeed there; the host must not
+		// see it.
+		freshTmp bool
+	}{
+		{"read a 0600 file outside, visible read-only", []string{et, "read", visibleSecret}, "", false},
+		{"read a file outside the sandbox's view", []string{et, "read", hiddenSecret}, "", false},
+		{"read /etc/shadow", []string{et, "read", "/etc/shadow"}, "", false},
+		{"read the host's root home", []string{et, "read", "/root/.bash_history"}, "", false},
+		{"follow a planted symlink to a file outside", []string{et, "read", "to-secret"}, "", false},
+		{"follow a planted symlink to a folder outside", []string{et, "read", "to-outside/secret"}, "", false},
+		{"follow a planted symlink to /", []string{et, "read", "to-root" + hiddenSecret}, "", false},
+		{"write through a planted symlink", []string{et, "write", "to-outside/planted", "x"}, filepath.Join(outside, "planted"), false},
+		{"write next to the worktree", []string{et, "write", filepath.Join(parent, "escaped"), "x"}, filepath.Join(parent, "escaped"), strings.HasPrefix(parent, "/tmp/")},
+		{"write through ..", []string{et, "write", "to-parent/escaped2", "x"}, filepath.Join(parent, "escaped2"), strings.HasPrefix(parent, "/tmp/")},
+		{"write into /usr", []string{et, "write", "/usr/escaped-" + token(t), "x"}, "", false},
+		{"write into /etc", []string{et, "write", "/etc/escaped", "x"}, "/etc/escaped", false},
+		{"write into the read-only tool folder", []string{et, "write", filepath.Join(toolDir, "escaped"), "x"}, filepath.Join(toolDir, "escaped"), false},
+		{"write at /", []string{et, "write", "/escaped", "x"}, "/escaped", false},
+		{"plant a symlink outside", []string{et, "symlink", "/etc/passwd", filepath.Join(outside, "link")}, filepath.Join(outside, "link"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: tc.argv, Env: []string{testPath}, Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode == 0 && !tc.freshTmp {
+				t.Errorf("attempt succeeded inside the sandbox: %s", res.Output)
+			}
+			if strings.Contains(string(res.Output), secret) {
+				t.Errorf("ESCAPE: the secret was read: %s", res.Output)
+			}
+			if tc.mustAbsent != "" && exists(tc.mustAbsent) {
+				t.Errorf("ESCAPE: %s exists on the host", tc.mustAbsent)
+			}
+		})
+	}
+
+	// /tmp is fresh: writing there works but never reaches the host's /tmp.
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "write", hostTmp, "x"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("write in the sandbox's /tmp: %v %s", err, res.Output)
+	}
+	if exists(hostTmp) {
+		t.Fatalf("ESCAPE: %s appeared on the host", hostTmp)
+	}
+	// The worktree itself is writable, and what is written lands on the host.
+	for _, argv := range [][]string{{et, "mkdir", "sub"}, {et, "write", "sub/new.txt", "made inside"}} {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: argv, Timeout: 20 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v in the worktree: %v %s", argv, err, res.Output)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(wt, "sub", "new.txt")); err != nil || string(b) != "made inside" {
+		t.Fatalf("worktree file on the host: %q %v", b, err)
+	}
+}
+
+func TestBwrapHidesGitFile(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	gitFile := filepath.Join(wt, ".git")
+	const content = "gitdir: /somewhere/main/.git/worktrees/wt\n"
+	writeFile(t, gitFile, content, 0o644)
+
+	attempts := []struct {
+		name string
+		argv []string
+	}{
+		{"overwrite .git", []string{et, "write", ".git", "gitdir: /tmp/evil\n"}},
+		{"replace .git by a folder", []string{et, "mkdir", ".git/hooks"}},
+		{"write a hook", []string{et, "write", ".git/hooks/post-checkout", "#!/bin/sh\ntouch /tmp/pwned\n"}},
+		{"rename .git away", []string{"mv", ".git", "git-moved"}},
+		{"remove .git", []string{"rm", "-f", ".git"}},
+	}
+	for _, a := range attempts {
+		t.Run(a.name, func(t *testing.T) {
+			res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: a.argv, Env: []string{testPath}, Timeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode == 0 {
+				t.Errorf("attempt succeeded: %s", res.Output)
+			}
+			if b, err := os.ReadFile(gitFile); err != nil || string(b) != content {
+				t.Fatalf("ESCAPE: host .git changed: %q %v", b, err)
+			}
+		})
+	}
+	// Reading it shows nothing of the host's git directory.
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "read", ".git"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(res.Output), "gitdir") {
+		t.Fatalf("the worker read .git: %q", res.Output)
+	}
+	// The conductor keeps owning it.
+	fi, err := os.Lstat(gitFile)
+	if err != nil || !fi.Mode().IsRegular() {
+		t.Fatalf(".git on the host: %v %v", fi, err)
+	}
+}
+
+func TestBwrapHidesGitDir(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	cfg := filepath.Join(wt, ".git", "config")
+	writeFile(t, cfg, "[core]\n\trepositoryformatversion = 0\n", 0o644)
+	for _, argv := range [][]string{
+		{et, "read", ".git/config"},
+		{et, "write", ".git/config", "[core]\n\tfsmonitor = touch /tmp/pwned\n"},
+		{et, "mkdir", ".git/hooks"},
+		{"mv", ".git", "git-moved"},
+		{"ls", ".git"},
+	} {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: argv, Env: []string{testPath}, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 || strings.Contains(string(res.Output), "repositoryformatversion") {
+			t.Errorf("%v succeeded: %s", argv, res.Output)
+		}
+	}
+	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), "repositoryformatversion") || strings.Contains(string(b), "fsmonitor") {
+		t.Fatalf("ESCAPE: host .git/config changed: %q", b)
+	}
+	if exists(filepath.Join(wt, ".git", "hooks")) {
+		t.Fatal("ESCAPE: .git/hooks created on the host")
+	}
+}
+
+func TestBwrapRefusesSymlinkedGit(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	wt := worktree(t)
+	if err := os.Symlink("/etc", filepath.Join(wt, ".git")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{"true"}, Env: []string{testPath}})
+	if err == nil || !strings.Contains(err.Error(), "tampered") {
+		t.Fatalf("err = %v, want a refusal naming the tampered .git", err)
+	}
+}
+
+func TestBwrapHasNoNetwork(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan string, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		got <- line
+	}()
+	for _, addr := range []string{ln.Addr().String(), "1.1.1.1:53", "[::1]:22"} {
+		res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "connect", addr}, Timeout: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode == 0 {
+			t.Errorf("ESCAPE: connected to %s from the sandbox: %s", addr, res.Output)
+		}
+	}
+	select {
+	case line := <-got:
+		t.Fatalf("ESCAPE: the host listener received %q", line)
+	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+func TestBwrapTimeoutKillsEveryProcess(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	tok := token(t)
+	start := time.Now()
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "orphans", tok}, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.Outcome != OutcomeTimeout || res.ExitCode != -1 {
+		t.Fatalf("result %+v, want a timeout", res)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Run returned after %s", d)
+	}
+	if !strings.Contains(string(res.Output), "started") {
+		t.Fatalf("the command did not start its children: %s", res.Output)
+	}
+	if pids := processesWith(tok); len(pids) > 0 {
+		t.Fatalf("ESCAPE: processes survived the timeout: %v", pids)
+	}
+}
+
+func TestBwrapBackgroundProcessesDieWithTheCommand(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	tok := token(t)
+	// sh exits at once, leaving a daemon behind in a new session.
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"sh", "-c", "setsid " + et + " linger " + tok + " >/dev/null 2>&1 &"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("%v %+v %s", err, res, res.Output)
+	}
+	if pids := processesWith(tok); len(pids) > 0 {
+		t.Fatalf("ESCAPE: a background process outlived its command: %v", pids)
+	}
+}
+
+func TestBwrapForkBombIsBounded(t *testing.T) {
+	const maxProcs = 64
+	sb := bwrapBox(t, func(o *Options) { o.MaxProcs = maxProcs })
+	toolDir, et := escapeTool(t)
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "forkbomb"}, Timeout: 3 * time.Second, OutputLimit: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut {
+		t.Fatalf("fork bomb: %+v, want killed at the timeout", res)
+	}
+	if pids := processesWith(filepath.Join(toolDir, "escapetool") + "\x00forkbomb"); len(pids) > 0 {
+		t.Fatalf("ESCAPE: %d fork bomb processes survived", len(pids))
+	}
+	// The conductor still runs commands afterwards.
+	res, err = sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"true"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("after the bomb: %v %+v", err, res)
+	}
+}
+
+func TestBwrapEndlessOutputIsBounded(t *testing.T) {
+	sb := bwrapBox(t, func(o *Options) { o.OutputKillLimit = 8 << 20 })
+	_, et := escapeTool(t)
+	start := time.Now()
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "spew"}, Timeout: 60 * time.Second, OutputLimit: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OutputExceeded || res.Outcome != OutcomeOutputExceeded || !res.Truncated || res.ExitCode != -1 {
+		t.Fatalf("result %+v, want killed for its output", res)
+	}
+	if len(res.Output) > 64<<10+100 {
+		t.Fatalf("kept %d bytes of output, limit 64 KiB", len(res.Output))
+	}
+	if res.OutputBytes <= 8<<20 {
+		t.Fatalf("OutputBytes %d, want past the kill limit", res.OutputBytes)
+	}
+	if !strings.Contains(string(res.Output), "bytes omitted") {
+		t.Fatalf("no truncation marker in the kept output")
+	}
+	if time.Since(start) > 30*time.Second {
+		t.Fatalf("took %s: the output limit did not stop it", time.Since(start))
+	}
+}
+
+func TestBwrapCancelledContext(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	tok := token(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	res, err := sb.Run(ctx, Spec{Dir: worktree(t), Argv: []string{et, "orphans", tok}, Timeout: time.Minute})
+	if !errors.Is(err, context.Canceled) || res.Outcome != OutcomeCancelled {
+		t.Fatalf("err %v outcome %q, want context.Canceled and cancelled", err, res.Outcome)
+	}
+	if pids := processesWith(tok); len(pids) > 0 {
+		t.Fatalf("processes survived cancellation: %v", pids)
+	}
+}
+
+func TestBwrapHomeAndScratch(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	hostHome := "/conductor-nonexistent-" + token(t) + "/home"
+
+	// HOME outside every bound folder: a fresh tmpfs per command, never the host.
+	env := []string{testPath, "HOME=" + hostHome}
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "write", hostHome + "/f", "x"}, Env: env, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("write in a fresh HOME: %v %s", err, res.Output)
+	}
+	if exists(filepath.Dir(hostHome)) {
+		t.Fatalf("HOME %s appeared on the host", hostHome)
+	}
+	res, _ = sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "read", hostHome + "/f"}, Env: env, Timeout: 20 * time.Second})
+	if res.ExitCode == 0 {
+		t.Fatalf("HOME kept a file between commands without a scratch folder")
+	}
+
+	// With a scratch folder HOME persists across commands.
+	scratch := worktree(t)
+	env = []string{testPath, "HOME=" + scratch + "/home", "TMPDIR=/tmp/sub"}
+	for _, argv := range [][]string{{et, "write", scratch + "/home/f", "kept"}, {et, "read", scratch + "/home/f"}, {et, "write", "/tmp/sub/t", "x"}} {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Scratch: scratch, Argv: argv, Env: env, Timeout: 20 * time.Second})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v: %v %s", argv, err, res.Output)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(scratch, "home", "f")); err != nil || string(b) != "kept" {
+		t.Fatalf("scratch HOME on the host: %q %v", b, err)
+	}
+}
+
+func TestBwrapGoToolchainWorks(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go on PATH")
+	}
+	out, err := exec.Command(goBin, "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroot := strings.TrimSpace(string(out))
+	sb := bwrapBox(t, func(o *Options) {
+		if !underAny(goroot, systemPaths) {
+			o.ReadOnly = append(o.ReadOnly, goroot)
+		}
+	})
+	wt, scratch := worktree(t), worktree(t)
+	writeFile(t, filepath.Join(wt, "go.mod"), "module example.test/x\n\ngo 1.21\n", 0o644)
+	writeFile(t, filepath.Join(wt, "x.go"), "package x\n\nfunc Add(a, b int) int { return a + b }\n", 0o644)
+	env := []string{"PATH=" + filepath.Join(goroot, "bin") + ":/usr/bin:/bin", "HOME=" + scratch + "/home",
+		"GOCACHE=" + scratch + "/gocache", "GOPATH=" + scratch + "/gopath", "GOPROXY=off", "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod"}
+	for _, argv := range [][]string{{"go", "version"}, {"go", "build", "./..."}, {"go", "vet", "./..."}} {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Scratch: scratch, Argv: argv, Env: env, Timeout: 2 * time.Minute})
+		if err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v in the sandbox: %v exit %d\n%s", argv, err, res.ExitCode, res.Output)
+		}
+	}
+	// Module downloads fail: there is no network.
+	writeFile(t, filepath.Join(wt, "dep.go"), "package x\n\nimport _ \"example.invalid/dep\"\n", 0o644)
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Scratch: scratch, Argv: []string{"go", "build", "./..."},
+		Env: append(env[:len(env)-3:len(env)-3], "GOPROXY=https://proxy.golang.org", "GOTOOLCHAIN=local"), Timeout: 2 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 {
+		t.Fatalf("a module download succeeded inside the sandbox: %s", res.Output)
+	}
+}
+
+func TestBwrapWorktreeOwnership(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("ownership hand-over happens only when the conductor is root")
+	}
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	writeFile(t, filepath.Join(wt, ".git"), "gitdir: /x\n", 0o644)
+	// A file the conductor's tools wrote as root between two commands.
+	writeFile(t, filepath.Join(wt, "pkg", "by-tool.go"), "package pkg\n", 0o644)
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "write", "pkg/by-tool.go", "package pkg // edited\n"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("worker cannot edit a file the conductor wrote: %v %s", err, res.Output)
+	}
+	if uid := fileUID(t, filepath.Join(wt, ".git")); uid != 0 {
+		t.Fatalf(".git handed to uid %d; it must stay the conductor's", uid)
+	}
+	if uid := fileUID(t, filepath.Join(wt, "pkg", "by-tool.go")); uid != DefaultUID {
+		t.Fatalf("worktree file owned by %d, want %d", uid, DefaultUID)
+	}
+}

@@ -1,0 +1,189 @@
+package sandbox
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults for Options. They are generous enough for `go test ./...` on a
+// mid-sized module and small enough that a fork bomb, an endless writer or a
+// file filling the disk stops long before the host suffers.
+const (
+	// DefaultUID and DefaultGID are the unprivileged identity the bwrap
+	// backend takes when the conductor runs as root ("nobody"). Operators
+	// should give workers a dedicated system user instead (see
+	// docs/security.md) and set CONDUCTOR_SANDBOX_UID.
+	DefaultUID = 65534
+	DefaultGID = 65534
+
+	DefaultMaxProcs        = 1024      // RLIMIT_NPROC (processes and threads of the sandbox uid)
+	DefaultMaxFileSize     = 4 << 30   // RLIMIT_FSIZE: largest file a command may write
+	DefaultMaxOpenFiles    = 4096      // RLIMIT_NOFILE
+	DefaultTmpSize         = 1 << 30   // size of the fresh /tmp (and of tmpfs HOME when no scratch folder)
+	DefaultOutputLimit     = 1 << 20   // captured output kept (head+tail)
+	DefaultOutputKillLimit = 256 << 20 // total output after which the command is killed
+	DefaultKillGrace       = 3 * time.Second
+)
+
+// Options tune a backend. The zero value of a field means its default.
+type Options struct {
+	// UID and GID are the identity commands run as when the conductor is
+	// root. nil: DefaultUID/DefaultGID. When the conductor is not root the
+	// sandbox runs as the conductor's own uid and these must be nil or
+	// equal to it.
+	UID, GID *int
+
+	MaxProcs     uint64 // RLIMIT_NPROC
+	MaxFileSize  uint64 // RLIMIT_FSIZE, bytes
+	MaxOpenFiles uint64 // RLIMIT_NOFILE
+	TmpSize      int64  // bytes of the fresh /tmp tmpfs
+
+	// OutputLimit is the default for Spec.OutputLimit.
+	OutputLimit int64
+	// OutputKillLimit: once a command has written this many bytes in
+	// total it is killed and Result.OutputExceeded is set.
+	OutputKillLimit int64
+	// KillGrace bounds how long Run waits, after killing a command, for
+	// every process of it to be gone and its output pipe to close.
+	KillGrace time.Duration
+
+	// ReadOnly lists extra host paths bound read-only at the same path
+	// inside the sandbox (a toolchain outside /usr, such as /opt/go). They
+	// must be readable by the sandbox uid.
+	ReadOnly []string
+
+	// Warn receives the warning the none backend prints on every run.
+	// nil: os.Stderr.
+	Warn io.Writer
+
+	// BwrapPath and PrlimitPath override the executables looked up in
+	// PATH.
+	BwrapPath   string
+	PrlimitPath string
+}
+
+// Environment variables read by OptionsFromEnv.
+const (
+	EnvUID      = "CONDUCTOR_SANDBOX_UID"       // "UID" or "UID:GID"
+	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS" // RLIMIT_NPROC
+	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"  // colon-separated extra read-only paths
+	EnvBwrap    = "CONDUCTOR_BWRAP"             // path of the bwrap executable
+	EnvBackend  = "CONDUCTOR_SANDBOX"           // backend name for callers that take one (auto, bwrap, none)
+)
+
+// OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
+// os.Getenv; a nil getenv reads nothing.
+func OptionsFromEnv(getenv func(string) string) (Options, error) {
+	var o Options
+	if getenv == nil {
+		return o, nil
+	}
+	if v := strings.TrimSpace(getenv(EnvUID)); v != "" {
+		us, gs, hasGID := strings.Cut(v, ":")
+		uid, err := strconv.Atoi(us)
+		if err != nil || uid < 0 {
+			return o, fmt.Errorf("%s=%q: want UID or UID:GID (non-negative numbers)", EnvUID, v)
+		}
+		gid := uid
+		if hasGID {
+			if gid, err = strconv.Atoi(gs); err != nil || gid < 0 {
+				return o, fmt.Errorf("%s=%q: want UID or UID:GID (non-negative numbers)", EnvUID, v)
+			}
+		}
+		if uid == 0 || gid == 0 {
+			return o, fmt.Errorf("%s=%q: the sandbox never runs as root (uid or gid 0)", EnvUID, v)
+		}
+		o.UID, o.GID = &uid, &gid
+	}
+	if v := strings.TrimSpace(getenv(EnvMaxProcs)); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n < 16 {
+			return o, fmt.Errorf("%s=%q: want a number of processes, at least 16", EnvMaxProcs, v)
+		}
+		o.MaxProcs = n
+	}
+	if v := strings.TrimSpace(getenv(EnvReadOnly)); v != "" {
+		for _, p := range filepath.SplitList(v) {
+			if p == "" {
+				continue
+			}
+			if !filepath.IsAbs(p) {
+				return o, fmt.Errorf("%s: %q is not an absolute path", EnvReadOnly, p)
+			}
+			o.ReadOnly = append(o.ReadOnly, filepath.Clean(p))
+		}
+	}
+	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
+	return o, nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxProcs == 0 {
+		o.MaxProcs = DefaultMaxProcs
+	}
+	if o.MaxFileSize == 0 {
+		o.MaxFileSize = DefaultMaxFileSize
+	}
+	if o.MaxOpenFiles == 0 {
+		o.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	if o.TmpSize == 0 {
+		o.TmpSize = DefaultTmpSize
+	}
+	if o.OutputLimit == 0 {
+		o.OutputLimit = DefaultOutputLimit
+	}
+	if o.OutputKillLimit == 0 {
+		o.OutputKillLimit = DefaultOutputKillLimit
+	}
+	if o.KillGrace == 0 {
+		o.KillGrace = DefaultKillGrace
+	}
+	if o.Warn == nil {
+		o.Warn = os.Stderr
+	}
+	return o
+}
+
+// identity is who sandboxed commands run as.
+type identity struct {
+	uid, gid int
+	drop     bool // the conductor is root: switch to uid/gid before bwrap starts
+}
+
+// identity resolves the sandbox identity for this process.
+func (o Options) identity() (identity, error) {
+	euid := os.Geteuid()
+	if euid != 0 {
+		if (o.UID != nil && *o.UID != euid) || (o.GID != nil && *o.GID != os.Getegid()) {
+			return identity{}, fmt.Errorf("sandbox uid %s: only a conductor running as root can run commands as another user; unset %s", fmtIDs(o.UID, o.GID), EnvUID)
+		}
+		return identity{uid: euid, gid: os.Getegid()}, nil
+	}
+	id := identity{uid: DefaultUID, gid: DefaultGID, drop: true}
+	if o.UID != nil {
+		id.uid = *o.UID
+	}
+	if o.GID != nil {
+		id.gid = *o.GID
+	}
+	if id.uid == 0 || id.gid == 0 {
+		return identity{}, fmt.Errorf("sandbox uid %d gid %d: the sandbox never runs as root", id.uid, id.gid)
+	}
+	return id, nil
+}
+
+func fmtIDs(uid, gid *int) string {
+	s := func(p *int) string {
+		if p == nil {
+			return "-"
+		}
+		return strconv.Itoa(*p)
+	}
+	return s(uid) + ":" + s(gid)
+}

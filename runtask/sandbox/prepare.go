@@ -1,0 +1,110 @@
+package sandbox
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// PrepareWorktree makes dir usable by the sandbox uid, with the options
+// from the environment (CONDUCTOR_SANDBOX_UID). Call it after creating a
+// worktree (or a scratch folder) and before the first command runs in it.
+// The bwrap backend repeats the ownership step before every command, so
+// files a tool wrote as root in between stay writable by the worker.
+//
+// When the conductor runs as root it checks that every ancestor of dir
+// can be traversed by the sandbox uid (bwrap resolves the bind source as
+// that user) and hands every entry of dir to the sandbox uid with lchown,
+// except the worktree's own .git, which stays the conductor's. It never
+// follows a symlink. When the conductor is not root the sandbox runs as
+// the conductor's own uid and nothing needs to change: it only checks that
+// dir is a directory.
+func PrepareWorktree(dir string) error {
+	o, err := OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	return o.PrepareWorktree(dir)
+}
+
+// PrepareWorktree is PrepareWorktree with these options.
+func (o Options) PrepareWorktree(dir string) error {
+	id, err := o.identity()
+	if err != nil {
+		return err
+	}
+	real, err := resolveDir("worktree", dir)
+	if err != nil {
+		return err
+	}
+	if !id.drop {
+		return nil
+	}
+	if err := checkReachable(real, id); err != nil {
+		return err
+	}
+	return handOver(real, id)
+}
+
+// checkReachable verifies that the sandbox uid can traverse every ancestor
+// of dir (search permission), reporting the first that blocks it.
+func checkReachable(dir string, id identity) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return fmt.Errorf("worktree %s: %w", dir, err)
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		mode := fi.Mode().Perm()
+		var can bool
+		switch {
+		case int(st.Uid) == id.uid:
+			can = mode&0o100 != 0
+		case int(st.Gid) == id.gid:
+			can = mode&0o010 != 0
+		default:
+			can = mode&0o001 != 0
+		}
+		if !can {
+			return fmt.Errorf("worktree %s is not reachable by the sandbox uid %d: %s is mode %04o owned by %d:%d; "+
+				"put worktrees under a folder every user can traverse (e.g. WORKER_WORKTREE_BASE=/var/lib/conductor/worktrees) "+
+				"or grant it with `chmod o+x %s`", dir, id.uid, p, mode, st.Uid, st.Gid, p)
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// handOver lchowns every entry of dir (dir included) that is not already
+// the sandbox uid's, except dir/.git.
+func handOver(dir string, id identity) error {
+	gitPath := filepath.Join(dir, ".git")
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("prepare worktree: %w", err)
+		}
+		if p == gitPath {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return fmt.Errorf("prepare worktree: %w", err)
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == id.uid && int(st.Gid) == id.gid {
+			return nil
+		}
+		if err := os.Lchown(p, id.uid, id.gid); err != nil {
+			return fmt.Errorf("prepare worktree: %w", err)
+		}
+		return nil
+	})
+}

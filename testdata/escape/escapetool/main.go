@@ -1,0 +1,142 @@
+// Command escapetool is the escape suite's hostile worker program: each
+// subcommand attempts one way out of the sandbox and reports what happened.
+// It is built by the tests (static, no cgo) and run inside the sandbox, so
+// the suite does not depend on which shells or utilities the host has.
+//
+//	escapetool read PATH             print PATH's content
+//	escapetool write PATH TEXT       create or truncate PATH with TEXT
+//	escapetool mkdir PATH            create PATH and its parents
+//	escapetool symlink TARGET LINK   plant a symlink
+//	escapetool env                   print the environment, one per line
+//	escapetool connect ADDR          open a TCP connection to ADDR
+//	escapetool spew                  write to stdout forever
+//	escapetool forkbomb              start copies of itself forever
+//	escapetool orphans TOKEN         leave children behind (one in a new session), then sleep
+//	escapetool linger TOKEN          sleep forever (TOKEN marks it in the process table)
+//	escapetool id                    print uid, gid and groups
+//
+// Exit status: 0 when the attempt succeeded, 1 when it failed (the error is
+// printed), 2 on usage errors.
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	args := os.Args[2:]
+	need := func(n int) {
+		if len(args) != n {
+			usage()
+		}
+	}
+	var err error
+	switch os.Args[1] {
+	case "read":
+		need(1)
+		var b []byte
+		if b, err = os.ReadFile(args[0]); err == nil {
+			os.Stdout.Write(b)
+		}
+	case "write":
+		need(2)
+		err = os.WriteFile(args[0], []byte(args[1]), 0o644)
+	case "mkdir":
+		need(1)
+		err = os.MkdirAll(args[0], 0o755)
+	case "symlink":
+		need(2)
+		err = os.Symlink(args[0], args[1])
+	case "env":
+		need(0)
+		for _, kv := range os.Environ() {
+			fmt.Println(kv)
+		}
+	case "connect":
+		need(1)
+		var c net.Conn
+		if c, err = net.DialTimeout("tcp", args[0], 2*time.Second); err == nil {
+			fmt.Fprintf(c, "escaped\n")
+			c.Close()
+			fmt.Println("connected")
+		}
+	case "spew":
+		need(0)
+		line := []byte(strings.Repeat("y", 4095) + "\n")
+		for {
+			if _, err = os.Stdout.Write(line); err != nil {
+				break
+			}
+		}
+	case "forkbomb":
+		forkbomb()
+	case "orphans":
+		need(1)
+		err = orphans(args[0])
+	case "linger":
+		need(1)
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "id":
+		need(0)
+		groups, _ := os.Getgroups()
+		fmt.Printf("uid=%d gid=%d euid=%d groups=%v\n", os.Getuid(), os.Getgid(), os.Geteuid(), groups)
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "escapetool:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|env|connect|spew|forkbomb|orphans|linger|id ...")
+	os.Exit(2)
+}
+
+// forkbomb starts copies of itself as fast as it can and never exits; each
+// copy does the same.
+func forkbomb() {
+	self, err := os.Executable()
+	if err != nil {
+		self = os.Args[0]
+	}
+	for {
+		cmd := exec.Command(self, "forkbomb")
+		if cmd.Start() != nil {
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// orphans leaves two lingering children behind: one in its own process
+// group, one in a new session (as a daemon would), then sleeps itself.
+func orphans(token string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	for _, attr := range []*syscall.SysProcAttr{{Setpgid: true}, {Setsid: true}} {
+		cmd := exec.Command(self, "linger", token)
+		cmd.SysProcAttr = attr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		fmt.Println("started", filepath.Base(self), "linger", token, "pid", cmd.Process.Pid)
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}
