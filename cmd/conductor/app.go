@@ -87,7 +87,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	defer d.close()
 
 	app := newApp(d)
-	err := app.RunContext(ctx, args)
+	err := app.RunContext(ctx, hoistFlags(app, args)) // flags may follow arguments (interspersed.go)
 	if err == nil {
 		return exitOK
 	}

@@ -1,16 +1,194 @@
 package main
 
 import (
-	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
 func newRunsCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "runs",
-		Usage:  "list and show runs",
-		Action: func(c *cli.Context) error { return errors.New("runs: not built yet") },
+		Name:  "runs",
+		Usage: "list and show runs",
+		Description: "Runs are read from the bus store and from the run folders under the data root\n" +
+			"(runs/ID/result.json); a run known to either is listed.",
+		Subcommands: []*cli.Command{
+			newRunsListCmd(d),
+			newRunsShowCmd(d),
+		},
 	}
+}
+
+type runsListOptions struct {
+	filter bus.RunFilter
+	json   bool
+}
+
+func newRunsListCmd(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:      "list",
+		Usage:     "list runs, newest first",
+		UsageText: "conductor runs list [--task ID] [--session NAME] [--status STATUS] [--limit N] [--json]",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "task", Usage: "only runs of this task id"},
+			&cli.StringFlag{Name: "session", Usage: "only runs of this session"},
+			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled)"},
+			&cli.IntFlag{Name: "limit", Usage: "at most N runs (0: all)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("runs list takes no arguments (got %q)", c.Args().Slice())
+			}
+			if c.Int("limit") < 0 {
+				return usagef("--limit %d: must not be negative", c.Int("limit"))
+			}
+			return runsList(c, d, runsListOptions{
+				filter: bus.RunFilter{TaskID: c.String("task"), Session: c.String("session"),
+					Status: c.String("status"), Limit: c.Int("limit")},
+				json: c.Bool("json"),
+			})
+		},
+	}
+}
+
+func runsList(c *cli.Context, d *deps, o runsListOptions) error {
+	s, err := d.openStore(c)
+	if err != nil {
+		return err
+	}
+	runs, err := bus.ListRunSummaries(c.Context, s, d.config(c).RunsDir(), o.filter)
+	if err != nil {
+		return err
+	}
+	if o.json {
+		if runs == nil {
+			runs = []bus.RunSummary{}
+		}
+		return decisionWriteJSON(d.Stdout, map[string]any{"runs": runs})
+	}
+	if len(runs) == 0 {
+		fmt.Fprintln(d.Stderr, "no runs")
+		return nil
+	}
+	tw := tabwriter.NewWriter(d.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tTASK\tSESSION\tMODEL\tSTEPS\tTOKENS\tSTARTED\tSOURCE")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, busDash(r.Status), busDash(r.TaskID),
+			busDash(r.Session), busDash(r.ModelAlias), r.Steps, runsTokens(r.TotalTokens), runsStarted(r.StartedAt), r.Source)
+	}
+	return tw.Flush()
+}
+
+func runsTokens(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
+func runsStarted(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04")
+}
+
+func newRunsShowCmd(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "show one run: the store row, result.json and the run folder",
+		UsageText: "conductor runs show ID [--json]",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("runs show takes one run id (got %d arguments)", c.NArg())
+			}
+			id := strings.TrimSpace(c.Args().First())
+			if err := bus.CheckRunID(id); err != nil {
+				return usageErr(err)
+			}
+			return runsShow(c, d, id, c.Bool("json"))
+		},
+	}
+}
+
+func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
+	s, err := d.openStore(c)
+	if err != nil {
+		return err
+	}
+	v, err := bus.ShowRun(c.Context, s, d.config(c).RunsDir(), id)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return decisionWriteJSON(d.Stdout, v)
+	}
+	tw := tabwriter.NewWriter(d.Stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	row("id", v.ID)
+	row("status", busDash(v.Status))
+	row("task", v.TaskID)
+	row("session", v.Session)
+	row("role", v.Role)
+	model := v.ModelAlias
+	if v.Model != "" && v.Model != v.ModelAlias {
+		model = strings.TrimSpace(v.ModelAlias + " (" + v.Model + ")")
+	}
+	row("model", model)
+	row("steps", strconv.Itoa(v.Steps))
+	row("tokens", fmt.Sprintf("%s total (%s prompt, %s completion)",
+		runsTokens(v.TotalTokens), runsTokens(v.PromptTokens), runsTokens(v.CompletionTokens)))
+	row("base", v.BaseCommit)
+	row("branch", v.Branch)
+	row("patch-id", v.PatchID)
+	if !v.StartedAt.IsZero() {
+		row("started", v.StartedAt.UTC().Format(time.RFC3339))
+	}
+	if !v.FinishedAt.IsZero() {
+		row("finished", fmt.Sprintf("%s (%s)", v.FinishedAt.UTC().Format(time.RFC3339),
+			v.FinishedAt.Sub(v.StartedAt).Round(time.Second)))
+	}
+	row("outcome", v.Outcome)
+	switch {
+	case v.Store != nil && v.Folder != "":
+		row("known to", "store and run folder")
+	case v.Store != nil:
+		row("known to", "store only (no run folder)")
+	default:
+		row("known to", "run folder only (not in the store)")
+	}
+	row("folder", v.Folder)
+	if v.Folder != "" && v.Result == nil && v.ResultError == "" {
+		row("result", "no result.json yet")
+	}
+	row("result error", v.ResultError)
+	if len(v.Files) > 0 {
+		var files []string
+		for _, f := range v.Files {
+			files = append(files, fmt.Sprintf("%s (%d B)", f.Name, f.Size))
+		}
+		row("files", strings.Join(files, ", "))
+	}
+	if v.TranscriptLines > 0 {
+		row("transcript", fmt.Sprintf("%d lines", v.TranscriptLines))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if v.StderrTail != "" {
+		fmt.Fprintf(d.Stdout, "\nstderr (last lines):\n%s\n", v.StderrTail)
+	}
+	return nil
 }
