@@ -1,0 +1,541 @@
+package land
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// Rules is what land asks the landing policy (policy.Landing implements it).
+type Rules interface {
+	TargetAllowed(target string) error
+	CheckChanges(changes []policy.Change, existsAtTarget func(path string) bool) []*policy.Refusal
+	Gate() []policy.GateCommand
+	RequiredOption() string
+	RequiredVerdict() string
+}
+
+// Store is the part of the bus store land uses. Everything but PutLanding is
+// a read.
+type Store interface {
+	GetDecision(ctx context.Context, id string) (bus.Decision, error)
+	LatestVerdict(ctx context.Context, workRef string) (bus.Verdict, error)
+	GetRun(ctx context.Context, id string) (bus.Run, error)
+	GetLanding(ctx context.Context, decisionID string) (bus.Landing, error)
+	PutLanding(ctx context.Context, l bus.Landing) error
+}
+
+// Identity names the committer of landed commits.
+type Identity struct {
+	Name, Email string
+}
+
+// Options configure one landing.
+type Options struct {
+	Store      Store
+	Rules      Rules
+	DecisionID string
+	// DryRun does every check, the squash, the patch-id check and the gate,
+	// and reports what it would commit; it moves no ref and writes no row.
+	DryRun bool
+	// DataRoot holds the landing locks and scratch worktrees.
+	DataRoot string
+	// Repo overrides the decision's repository (tests); zero means the
+	// decision's Repo.
+	Repo patch.Git
+	// Committer of the landed commit; zero means "conductor".
+	Committer Identity
+	Now       func() time.Time
+	// Getenv feeds the gate's environment allowlist (default os.Getenv).
+	Getenv func(string) string
+	// Worktree forces the checkout path (a scratch worktree) even when no
+	// gate command needs files.
+	Worktree bool
+	Out      io.Writer
+	JSON     bool
+	Log      *slog.Logger
+	// Fault, when set, is called at each named step (tests kill the
+	// process there).
+	Fault func(step string)
+}
+
+// Outcome statuses.
+const (
+	StatusLanded        = "landed"
+	StatusAlreadyLanded = "already-landed"
+	StatusDryRun        = "dry-run"
+	StatusRefused       = "refused"
+)
+
+// Outcome says what a landing did (or, in a dry run, would do).
+type Outcome struct {
+	Decision       string          `json:"decision"`
+	Status         string          `json:"status"`
+	Commit         string          `json:"commit,omitempty"`
+	Target         string          `json:"target,omitempty"`
+	Parent         string          `json:"parent,omitempty"` // the target tip the commit sits on
+	Tree           string          `json:"tree,omitempty"`
+	ReviewedCommit string          `json:"reviewedCommit,omitempty"`
+	PatchID        string          `json:"patchId,omitempty"`
+	Mode           string          `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
+	Attempts       int             `json:"attempts,omitempty"`
+	Gate           []GateResult    `json:"gate,omitempty"`
+	Message        string          `json:"message,omitempty"` // the commit message (dry run)
+	Files          []string        `json:"files,omitempty"`
+	Refusal        *policy.Refusal `json:"refusal,omitempty"`
+	Warning        string          `json:"warning,omitempty"`
+}
+
+// Modes of the squash and gate.
+const (
+	ModeTree     = "tree"
+	ModeWorktree = "worktree"
+)
+
+// Run lands one decision and prints the outcome on o.Out. A refusal is
+// returned as an error wrapping *policy.Refusal and changes nothing.
+func Run(ctx context.Context, o Options) (Outcome, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.Fault == nil {
+		o.Fault = func(string) {}
+	}
+	if o.Committer.Name == "" {
+		o.Committer = Identity{Name: "conductor", Email: "conductor@localhost"}
+	}
+	out, err := run(ctx, &o)
+	out.Decision = o.DecisionID
+	var rf *policy.Refusal
+	if errors.As(err, &rf) {
+		out.Status = StatusRefused
+		out.Refusal = rf
+	}
+	if err == nil || rf != nil {
+		if perr := printOutcome(o.Out, o.JSON, out); perr != nil && err == nil {
+			err = perr
+		}
+	}
+	if err != nil {
+		return out, fmt.Errorf("land %s: %w", o.DecisionID, err)
+	}
+	return out, nil
+}
+
+func printOutcome(w io.Writer, asJSON bool, out Outcome) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		return enc.Encode(out)
+	}
+	var err error
+	switch out.Status {
+	case StatusLanded:
+		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case StatusAlreadyLanded:
+		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case StatusDryRun:
+		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s",
+			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
+			indent(out.Message, "    "))
+	}
+	if err == nil && out.Warning != "" && out.Status != StatusRefused {
+		_, err = fmt.Fprintf(w, "warning: %s\n", out.Warning)
+	}
+	return err
+}
+
+func indent(s, pre string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(pre + line + "\n")
+	}
+	return b.String()
+}
+
+// lander carries one landing's state between steps.
+type lander struct {
+	o        *Options
+	g        patch.Git // the repository's common git dir, no work tree
+	d        bus.Decision
+	v        bus.Verdict
+	run      bus.Run
+	target   string // branch name
+	ref      string // refs/heads/<target>
+	workRef  string
+	approved commit
+	dataDir  string // DataRoot/land/<key>
+	key      string
+}
+
+func run(ctx context.Context, o *Options) (Outcome, error) {
+	out := Outcome{}
+	if o.Store == nil || o.Rules == nil {
+		return out, errors.New("no store or no landing rules")
+	}
+	if o.DataRoot == "" {
+		return out, errors.New("no data root")
+	}
+	// 1. The decision, read-only.
+	d, err := o.Store.GetDecision(ctx, o.DecisionID)
+	if errors.Is(err, bus.ErrNotFound) {
+		return out, policy.Refuse("decision-not-found",
+			fmt.Sprintf("no decision %q in the store", o.DecisionID),
+			"check the id with `conductor decision list`")
+	}
+	if err != nil {
+		return out, fmt.Errorf("read decision: %w", err)
+	}
+	o.Fault("decision")
+	if d.Open() {
+		return out, policy.Refuse("decision-not-resolved",
+			fmt.Sprintf("decision %s is still open", d.ID),
+			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
+	}
+	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
+		return out, policy.Refuse("decision-not-merge",
+			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
+			"nothing to land: raise a new merge decision once the work is ready")
+	}
+	target, err := branchName(d.Target)
+	if err != nil {
+		return out, fmt.Errorf("decision %s: %w", d.ID, err)
+	}
+	out.Target = target
+	if l, err := o.Store.GetLanding(ctx, d.ID); err == nil {
+		return landedOutcome(l), nil
+	} else if !errors.Is(err, bus.ErrNotFound) {
+		return out, fmt.Errorf("read landing: %w", err)
+	}
+
+	g := o.Repo
+	if g.GitDir == "" {
+		if d.Repo == "" {
+			return out, fmt.Errorf("decision %s names no repository", d.ID)
+		}
+		if g, err = patch.OpenRepo(d.Repo); err != nil {
+			return out, fmt.Errorf("decision %s: %w", d.ID, err)
+		}
+	}
+	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config}
+	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef)}
+	l.key = lockKey(g.GitDir, l.ref)
+	l.dataDir = filepath.Join(o.DataRoot, "land", l.key)
+
+	// Landings on one target serialize on this lock (held through the gate).
+	lock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
+	if err != nil {
+		return out, err
+	}
+	defer lock.release()
+	o.Fault("lock")
+	if err := l.cleanStale(ctx); err != nil {
+		o.Log.Warn("land: cleaning stale scratch worktrees", "err", err)
+	}
+	return l.land(ctx)
+}
+
+func landedOutcome(l bus.Landing) Outcome {
+	return Outcome{Decision: l.DecisionID, Status: StatusAlreadyLanded, Commit: l.Commit, Target: l.Target, PatchID: l.PatchID}
+}
+
+// branchName turns "main" or "refs/heads/main" into "main", rejecting names
+// git would not accept as a branch.
+func branchName(target string) (string, error) {
+	t := strings.TrimPrefix(target, "refs/heads/")
+	if t == "" || strings.HasPrefix(t, "-") || strings.HasPrefix(t, "refs/") || strings.ContainsAny(t, " ~^:?*[\\\t\n\x7f") ||
+		strings.Contains(t, "..") || strings.Contains(t, "@{") || strings.HasSuffix(t, ".lock") || strings.HasSuffix(t, "/") ||
+		strings.HasPrefix(t, "/") || strings.Contains(t, "//") {
+		return "", fmt.Errorf("bad target branch name %q", target)
+	}
+	return t, nil
+}
+
+func fullRef(ref string) string {
+	if strings.HasPrefix(ref, "refs/") {
+		return ref
+	}
+	return "refs/heads/" + ref
+}
+
+func (l *lander) land(ctx context.Context) (Outcome, error) {
+	o, d := l.o, l.d
+	out := Outcome{Target: l.target}
+	// Re-check under the lock: a landing of the same decision may just have
+	// finished.
+	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
+		return landedOutcome(ld), nil
+	}
+	objs, err := lookup(ctx, l.g, l.ref+"^{commit}", l.workRef+"^{commit}", d.Commit+"^{commit}")
+	if err != nil {
+		return out, err
+	}
+	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
+	if tipObj.OID == "" {
+		return out, policy.Refuse("target-not-found",
+			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
+			"create the branch, or raise the decision against an existing target")
+	}
+	if apprObj.OID != "" {
+		if l.approved, err = parseCommit(apprObj.OID, apprObj.Content); err != nil {
+			return out, err
+		}
+		// Idempotency and crash recovery: the trailer on the target's history.
+		if c, found, err := l.findLanded(ctx, tipObj.OID); err != nil {
+			return out, err
+		} else if found {
+			return l.recover(ctx, c)
+		}
+	}
+
+	// 2. The latest verdict approves exactly the raised commit.
+	v, err := o.Store.LatestVerdict(ctx, d.WorkRef)
+	if errors.Is(err, bus.ErrNotFound) && d.WorkRef != l.workRef {
+		v, err = o.Store.LatestVerdict(ctx, l.workRef)
+	}
+	if errors.Is(err, bus.ErrNotFound) {
+		return out, policy.Refuse("no-approval",
+			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
+			fmt.Sprintf("review the run first: conductor review RUN --approve"))
+	}
+	if err != nil {
+		return out, fmt.Errorf("read verdict: %w", err)
+	}
+	if v.Verdict != o.Rules.RequiredVerdict() {
+		return out, policy.Refuse("no-approval",
+			fmt.Sprintf("the latest verdict on %s is %q, landing needs %q", d.WorkRef, v.Verdict, o.Rules.RequiredVerdict()),
+			"address the findings, review again and approve")
+	}
+	if v.PatchID == "" {
+		return out, policy.Refuse("no-approval",
+			fmt.Sprintf("the approving verdict %d on %s carries no patch-id", v.ID, d.WorkRef),
+			"review again so the verdict is bound to the commit's patch-id")
+	}
+	if !sameCommit(v.Commit, d.Commit, apprObj.OID) {
+		return out, policy.Refuse("verdict-stale",
+			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
+			"review the raised commit (or raise a decision for the approved one), then land")
+	}
+	l.v = v
+	o.Fault("verdict")
+
+	// 3. The work ref is at the approved commit now.
+	switch {
+	case apprObj.OID == "":
+		return out, policy.Refuse("work-ref-moved",
+			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
+			"review the work ref's current commit and raise a new decision")
+	case workObj.OID == "":
+		return out, policy.Refuse("work-ref-moved",
+			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.OID)),
+			"restore the work ref to the approved commit, or review and raise again")
+	case workObj.OID != apprObj.OID:
+		return out, policy.Refuse("work-ref-moved",
+			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.OID), short(apprObj.OID)),
+			"review the new commit and raise a new decision; the approval covers only what was reviewed")
+	}
+	out.ReviewedCommit = apprObj.OID
+	if runID := firstNonEmpty(d.RunID, v.RunID); runID != "" {
+		if r, err := o.Store.GetRun(ctx, runID); err == nil {
+			l.run = r
+		} else if !errors.Is(err, bus.ErrNotFound) {
+			return out, fmt.Errorf("read run %s: %w", runID, err)
+		}
+	}
+
+	// 4–8, retried once from the new tip when the target moves.
+	tip := tipObj.OID
+	for attempt := 1; ; attempt++ {
+		res, err := l.attempt(ctx, tip, &out)
+		out.Attempts = attempt
+		if err != nil || res != "" {
+			return out, err
+		}
+		// The target moved under us.
+		objs, err := lookup(ctx, l.g, l.ref+"^{commit}")
+		if err != nil {
+			return out, err
+		}
+		newTip := objs[0].OID
+		if c, found, err := l.findLanded(ctx, newTip); err != nil {
+			return out, err
+		} else if found {
+			return l.recover(ctx, c)
+		}
+		if attempt >= 2 || newTip == "" {
+			return out, policy.Refuse("target-moved",
+				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, short(tip), short(newTip), attempt),
+				"land again once the target is quiet; nothing was committed")
+		}
+		o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
+		tip = newTip
+	}
+}
+
+func sameCommit(verdictCommit, decisionCommit, resolved string) bool {
+	if verdictCommit == "" {
+		return false
+	}
+	if verdictCommit == decisionCommit || (resolved != "" && verdictCommit == resolved) {
+		return true
+	}
+	return false
+}
+
+// attempt runs steps 4–8 from tip. It returns ("", nil) when the target moved
+// before the compare-and-swap, a non-empty status when done.
+func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string, error) {
+	o := l.o
+	out.Parent = tip
+	// 4. Landing policy on the diff from the merge base to the approved commit.
+	if err := o.Rules.TargetAllowed(l.target); err != nil {
+		return "", err
+	}
+	base, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID)
+	if err != nil {
+		var ge *patch.GitError
+		if errors.As(err, &ge) && len(ge.Stderr) == 0 {
+			return "", policy.Refuse("conflict",
+				fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
+				"rebase the work onto the target and review again")
+		}
+		return "", err
+	}
+	changes, err := l.changes(ctx, base, l.approved.OID)
+	if err != nil {
+		return "", err
+	}
+	out.Files = out.Files[:0]
+	for _, c := range changes {
+		out.Files = append(out.Files, c.Path)
+	}
+	exists, err := l.existsAt(ctx, tip)
+	if err != nil {
+		return "", err
+	}
+	if rs := o.Rules.CheckChanges(changes, exists); len(rs) > 0 {
+		return "", combine(rs)
+	}
+	o.Fault("policy")
+
+	// 5. Squash onto the tip: a tree, no checkout.
+	tree, err := l.squash(ctx, tip)
+	if err != nil {
+		return "", err
+	}
+	out.Tree = tree
+	o.Fault("squash")
+
+	// 6. The squash's patch-id equals the reviewed one.
+	pid, err := bindingPatchID(ctx, l.g, tip, tree)
+	if err != nil {
+		return "", fmt.Errorf("patch-id of the squash: %w", err)
+	}
+	if pid != l.v.PatchID {
+		return "", policy.Refuse("patch-id-mismatch",
+			fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(pid), l.v.PatchID),
+			"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
+	}
+	out.PatchID = pid
+
+	// The target's checked-out worktree, if any, must be able to follow.
+	wt, err := l.targetWorktree(ctx)
+	if err != nil {
+		return "", err
+	}
+	if wt != nil {
+		if err := wt.check(ctx, tip, tree); err != nil {
+			return "", err
+		}
+	}
+
+	// 7. The gate, on exactly this tree.
+	gate := o.Rules.Gate()
+	out.Mode = ModeTree
+	if o.Worktree || needsFiles(gate) {
+		out.Mode = ModeWorktree
+	}
+	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
+	out.Gate = results
+	if err != nil {
+		return "", err
+	}
+	if len(results) > 0 && !results[len(results)-1].OK {
+		return "", gateFailed(results)
+	}
+	o.Fault("gate")
+
+	msg := l.message(pid)
+	if o.DryRun {
+		out.Message = msg
+		out.Status = StatusDryRun
+		return StatusDryRun, nil
+	}
+
+	// 8. Commit once, move the target by compare-and-swap.
+	return l.commit(ctx, tip, tree, msg, wt, out)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(empty diff)"
+	}
+	return s
+}
+
+func needsFiles(gate []policy.GateCommand) bool {
+	for _, g := range gate {
+		if g.NeedsFiles {
+			return true
+		}
+	}
+	return false
+}
+
+// combine turns several policy refusals into one: the first one's code, the
+// rest listed in the detail.
+func combine(rs []*policy.Refusal) *policy.Refusal {
+	first := *rs[0]
+	if len(rs) > 1 {
+		var b strings.Builder
+		for _, r := range rs {
+			fmt.Fprintf(&b, "%s: %s\n", r.Code, r.Reason)
+		}
+		first.Detail = strings.TrimRight(strings.TrimSpace(first.Detail+"\n"+b.String()), "\n")
+	}
+	return &first
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	if id == "" {
+		return "(none)"
+	}
+	return id
+}
+
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}

@@ -1,0 +1,291 @@
+package land
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// bindingPatchID is the binding patch-id of the canonical diff from..to
+// ("" when the trees are equal).
+func bindingPatchID(ctx context.Context, g patch.Git, from, to string) (string, error) {
+	return patch.DiffTrees(ctx, g, from, to, io.Discard)
+}
+
+// changes parses the canonical diff base..commit into policy changes.
+func (l *lander) changes(ctx context.Context, base, commit string) ([]policy.Change, error) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := patch.DiffTrees(ctx, l.g, base, commit, pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	cs, perr := policy.ParseChanges(pr)
+	if perr == nil {
+		_, perr = io.Copy(io.Discard, pr)
+	}
+	pr.CloseWithError(errors.New("diff consumer stopped"))
+	if err := <-done; err != nil {
+		return nil, fmt.Errorf("diff %s..%s: %w", short(base), short(commit), err)
+	}
+	if perr != nil {
+		return nil, fmt.Errorf("diff %s..%s: %w", short(base), short(commit), perr)
+	}
+	return cs, nil
+}
+
+// existsAt answers "does this path exist in tip's tree?" for the landing
+// policy. Top-level names come from one ls-tree; deeper paths are asked
+// one at a time and cached. An error answers "no", which can only make the
+// policy stricter.
+func (l *lander) existsAt(ctx context.Context, tip string) (func(string) bool, error) {
+	b, err := l.g.Run(ctx, "ls-tree", "-z", "--name-only", tip)
+	if err != nil {
+		return nil, err
+	}
+	known := map[string]bool{}
+	for _, n := range bytes.Split(b, []byte{0}) {
+		if len(n) > 0 {
+			known[string(n)] = true
+		}
+	}
+	return func(p string) bool {
+		p = strings.Trim(p, "/")
+		if v, ok := known[p]; ok || !strings.Contains(p, "/") {
+			return v
+		}
+		objs, err := lookup(ctx, l.g, tip+":"+p)
+		v := err == nil && objs[0].OID != ""
+		known[p] = v
+		return v
+	}, nil
+}
+
+// squash merges the approved commit onto tip without a checkout and returns
+// the resulting tree, or a conflict refusal.
+func (l *lander) squash(ctx context.Context, tip string) (string, error) {
+	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, l.approved.OID)
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 1 && len(lines) > 1 {
+			r := policy.Refuse("conflict",
+				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", short(tip), len(lines)-1),
+				"rebase the work onto the target, review and approve again, then land")
+			r.Detail = strings.Join(lines[1:], "\n")
+			return "", r
+		}
+		return "", fmt.Errorf("squash onto %s: %w", short(tip), err)
+	}
+	tree := strings.TrimSpace(lines[0])
+	if len(tree) < 40 {
+		return "", fmt.Errorf("squash onto %s: unexpected merge-tree output %q", short(tip), out)
+	}
+	return tree, nil
+}
+
+// gate runs the gate on exactly tree: with no checkout in an empty scratch
+// folder (ModeTree), or in a detached scratch worktree holding tree
+// (ModeWorktree). Either is removed before it returns.
+func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]GateResult, error) {
+	if len(cmds) == 0 && mode == ModeTree {
+		return nil, nil
+	}
+	scratchDir := filepath.Join(l.dataDir, "scratch")
+	if err := os.MkdirAll(scratchDir, 0o755); err != nil {
+		return nil, err
+	}
+	var suffix [4]byte
+	rand.Read(suffix[:])
+	dir := filepath.Join(scratchDir, "land-"+l.key+"-"+safeName(l.d.ID)+"-"+hex.EncodeToString(suffix[:]))
+	if mode == ModeTree {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+	} else {
+		if _, err := l.g.Run(ctx, "worktree", "add", "--detach", "--no-checkout", dir, tip); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("scratch worktree: %w", err)
+		}
+	}
+	defer l.removeScratch(context.WithoutCancel(ctx), dir)
+	if mode == ModeWorktree {
+		wg, err := l.scratchGit(dir)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
+			return nil, fmt.Errorf("scratch worktree: check out %s: %w", short(tree), err)
+		}
+		// The checkout must hold exactly the tree being committed.
+		got, err := wg.Line(ctx, "write-tree")
+		if err != nil {
+			return nil, err
+		}
+		if got != tree {
+			return nil, fmt.Errorf("scratch worktree holds tree %s, expected %s", got, tree)
+		}
+		l.o.Fault("worktree")
+	}
+	env := gateEnv(l.o.Getenv,
+		"CONDUCTOR_LAND_DECISION="+l.d.ID,
+		"CONDUCTOR_LAND_TARGET="+l.target,
+		"CONDUCTOR_LAND_PARENT="+tip,
+		"CONDUCTOR_LAND_TREE="+tree,
+		"CONDUCTOR_LAND_REVIEWED="+l.approved.OID,
+		"CONDUCTOR_LAND_GIT_DIR="+l.g.GitDir,
+		"CONDUCTOR_LAND_MODE="+mode,
+	)
+	return runGate(ctx, cmds, dir, env)
+}
+
+func safeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	if b.Len() > 40 {
+		return b.String()[:40]
+	}
+	return b.String()
+}
+
+// scratchGit returns a Git for a scratch worktree created by land: its admin
+// dir is found among the repository's worktrees by the path it records.
+func (l *lander) scratchGit(dir string) (patch.Git, error) {
+	admin, ok := l.adminDirs()[dir]
+	if !ok {
+		return patch.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
+	}
+	return patch.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config}, nil
+}
+
+// adminDirs maps the worktree path recorded in each admin dir under
+// <gitdir>/worktrees to that admin dir.
+func (l *lander) adminDirs() map[string]string {
+	m := map[string]string{}
+	base := filepath.Join(l.g.GitDir, "worktrees")
+	ents, _ := os.ReadDir(base)
+	for _, e := range ents {
+		admin := filepath.Join(base, e.Name())
+		b, err := os.ReadFile(filepath.Join(admin, "gitdir"))
+		if err != nil {
+			continue
+		}
+		m[filepath.Dir(strings.TrimSpace(string(b)))] = admin
+	}
+	return m
+}
+
+// removeScratch removes a scratch folder or worktree and its admin dir.
+func (l *lander) removeScratch(ctx context.Context, dir string) {
+	if admin, ok := l.adminDirs()[dir]; ok {
+		if _, err := l.g.Run(ctx, "worktree", "remove", "--force", "--force", dir); err != nil {
+			os.RemoveAll(admin)
+		}
+	}
+	os.RemoveAll(dir)
+	// git removes worktrees/ when it becomes empty; do the same after a
+	// manual removal.
+	os.Remove(filepath.Join(l.g.GitDir, "worktrees"))
+}
+
+// cleanStale removes scratch folders and worktrees left by killed landings
+// on this target. The caller holds the target's lock, so none is in use.
+func (l *lander) cleanStale(ctx context.Context) error {
+	scratchDir := filepath.Join(l.dataDir, "scratch")
+	for path := range l.adminDirs() {
+		if filepath.Dir(path) == scratchDir {
+			l.removeScratch(ctx, path)
+		}
+	}
+	ents, err := os.ReadDir(scratchDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		l.removeScratch(ctx, filepath.Join(scratchDir, e.Name()))
+	}
+	return nil
+}
+
+// targetWT is a worktree that has the target branch checked out.
+type targetWT struct {
+	path string
+	g    patch.Git
+	ref  string
+}
+
+// targetWorktree finds the worktree (main or linked) whose HEAD is the
+// target branch, or nil.
+func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
+	want := "ref: " + l.ref
+	head := func(gitdir string) bool {
+		b, err := os.ReadFile(filepath.Join(gitdir, "HEAD"))
+		return err == nil && strings.TrimSpace(string(b)) == want
+	}
+	if filepath.Base(l.g.GitDir) == ".git" && head(l.g.GitDir) {
+		bare, _ := l.g.Line(ctx, "config", "--bool", "core.bare")
+		if bare != "true" {
+			wt := filepath.Dir(l.g.GitDir)
+			return &targetWT{path: wt, ref: l.ref, g: patch.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config}}, nil
+		}
+	}
+	for path, admin := range l.adminDirs() {
+		if head(admin) {
+			return &targetWT{path: path, ref: l.ref, g: patch.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config}}, nil
+		}
+	}
+	return nil, nil
+}
+
+// check refuses when the worktree could not follow the target from tip to
+// tree: local changes to tracked files, or files in the way.
+func (w *targetWT) check(ctx context.Context, tip, tree string) error {
+	st, err := w.g.Run(ctx, "status", "--porcelain", "-z", "--untracked-files=no")
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", w.path, err)
+	}
+	refuse := func(detail string) error {
+		r := policy.Refuse("target-checked-out-dirty",
+			fmt.Sprintf("%s is checked out in %s, which has local changes the landing would clash with", strings.TrimPrefix(w.ref, "refs/heads/"), w.path),
+			"commit, stash or discard the changes in that worktree (or switch it to another branch), then land again")
+		r.Detail = detail
+		return r
+	}
+	if len(st) > 0 {
+		return refuse(strings.ReplaceAll(strings.TrimRight(string(st), "\x00"), "\x00", "\n"))
+	}
+	if _, err := w.g.Run(ctx, "read-tree", "-m", "-u", "-n", tip, tree); err != nil {
+		var ge *patch.GitError
+		if errors.As(err, &ge) {
+			return refuse(strings.TrimSpace(string(ge.Stderr)))
+		}
+		return err
+	}
+	return nil
+}
+
+// sync moves the worktree's index and files from tip to commit (a two-tree
+// fast-forward: git refuses rather than lose a local change).
+func (w *targetWT) sync(ctx context.Context, tip, commit string) error {
+	_, err := w.g.Run(ctx, "read-tree", "-m", "-u", tip, commit)
+	return err
+}
