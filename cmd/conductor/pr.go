@@ -156,10 +156,13 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := printPR(d.Stdout, d.Stderr, res, o.json); err != nil {
+		return err
+	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(d.Stderr, "warning: %s\n", w)
 	}
-	return printPR(d.Stdout, d.Stderr, res, o.json)
+	return nil
 }
 
 func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -125,11 +126,7 @@ func checks(ctx context.Context, in BodyInput) string {
 	if in.Verdicts == nil {
 		return "No review verdict available (no store).\n"
 	}
-	for _, ref := range []string{"refs/heads/" + in.Branch, in.Branch} {
-		v, err := in.Verdicts.LatestVerdict(ctx, ref)
-		if err != nil {
-			continue
-		}
+	if v, ok := latestVerdict(ctx, in.Verdicts, in.Branch); ok {
 		var b strings.Builder
 		fmt.Fprintf(&b, "Review verdict: **%s** by %s on commit `%s` (patch-id `%s`).\n", v.Verdict, orNone(v.Reviewer), v.Commit, v.PatchID)
 		if v.Commit != "" && v.Commit != in.Tip {
@@ -144,6 +141,19 @@ func checks(ctx context.Context, in BodyInput) string {
 		return b.String()
 	}
 	return "No review verdict recorded for this branch.\n"
+}
+
+// latestVerdict looks the branch's verdict up by full ref, then short name.
+func latestVerdict(ctx context.Context, src VerdictSource, branch string) (bus.Verdict, bool) {
+	if src == nil {
+		return bus.Verdict{}, false
+	}
+	for _, ref := range []string{"refs/heads/" + branch, branch} {
+		if v, err := src.LatestVerdict(ctx, ref); err == nil {
+			return v, true
+		}
+	}
+	return bus.Verdict{}, false
 }
 
 // stripTrailers drops a trailing block of "Key: value" lines (the work

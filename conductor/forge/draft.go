@@ -196,6 +196,16 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		in.IssueURL = fmt.Sprintf("%s/issues/%d", strings.TrimRight(repo.HTMLURL, "/"), o.Issue)
 	}
 	body := PRBody(ctx, in)
+	if o.Verdicts != nil {
+		switch v, ok := latestVerdict(ctx, o.Verdicts, branch); {
+		case !ok:
+			res.Warnings = append(res.Warnings, fmt.Sprintf("no review verdict recorded for %s: the pull request says so", branch))
+		case v.Verdict != bus.VerdictApprove:
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the latest verdict for %s is %q, not approve: the pull request says so", branch, v.Verdict))
+		case v.Commit != tip:
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s moved past the approved commit %s (now %s)", branch, short(v.Commit), short(tip)))
+		}
+	}
 	pr, err := f.OpenPR(ctx, PROpts{Head: branch, Base: base, Title: title, Body: body})
 	if err != nil {
 		return res, fmt.Errorf("pr open: %w", err)
