@@ -82,24 +82,51 @@ func WritePatchIDTo(w io.Writer, r io.Reader, mode Mode) error {
 	return err
 }
 
-// WritePatchIDs calls emit once per patch found in r, in input order.
+// WritePatchIDs calls emit once per patch found in r, in input order,
+// accepting whatever `git patch-id` accepts.
 func WritePatchIDs(r io.Reader, mode Mode, emit func(Result) error) error {
+	return PatchIDs(r, mode, Options{}, emit)
+}
+
+// Options tune PatchIDs.
+type Options struct {
+	// Strict refuses input git would silently hash: a non-empty input that
+	// holds no patch, and binary hunks ("GIT binary patch") that are
+	// malformed or truncated (each is decoded and inflated to its declared
+	// size as it streams by). Ids of valid input are unchanged.
+	Strict bool
+	// Name names the input in errors ("stdin", a file name).
+	Name string
+}
+
+// PatchIDs calls emit once per patch found in r, in input order.
+func PatchIDs(r io.Reader, mode Mode, opt Options, emit func(Result) error) error {
 	if mode != Unstable && mode != Stable && mode != Verbatim {
 		return fmt.Errorf("patch-id: unknown mode %d", int(mode))
 	}
+	name := opt.Name
+	if name == "" {
+		name = "input"
+	}
 	s := newIDScanner(r, mode)
+	s.strict = opt.Strict
 	commit := zeroID
+	found := false
 	for !s.eof {
 		res, err := s.onePatch()
 		if err != nil {
-			return fmt.Errorf("patch-id: %w", err)
+			return fmt.Errorf("patch-id: %s line %d: %w", name, s.lineNo, err)
 		}
 		if res.length > 0 {
+			found = true
 			if err := emit(Result{PatchID: hex.EncodeToString(res.sum[:]), CommitID: commit}); err != nil {
 				return err
 			}
 		}
 		commit = res.next
+	}
+	if opt.Strict && !found && s.lineNo > 0 {
+		return fmt.Errorf("patch-id: %s: %w (not a diff)", name, ErrNoPatch)
 	}
 	return nil
 }
@@ -116,7 +143,7 @@ var ErrNoPatch = errors.New("input holds no patch")
 func BindingPatchID(diff io.Reader) (string, error) {
 	var id string
 	n := 0
-	err := WritePatchIDs(diff, Verbatim, func(res Result) error {
+	err := PatchIDs(diff, Verbatim, Options{Strict: true, Name: "diff"}, func(res Result) error {
 		id = res.PatchID
 		n++
 		return nil
@@ -147,6 +174,10 @@ type idScanner struct {
 	long []byte // a header line that did not fit in the reader's buffer
 
 	preOID, postOID []byte // from the last "index" line
+
+	strict bool
+	lineNo int
+	bin    *binaryCheck // strict: the binary section being checked
 }
 
 type patchResult struct {
@@ -242,6 +273,9 @@ func (s *idScanner) hashLine(p []byte) int {
 // fit the buffer; the caller must then call restOfLine.
 func (s *idScanner) readLine() (line []byte, rest bool, err error) {
 	line, err = s.br.ReadSlice('\n')
+	if len(line) > 0 {
+		s.lineNo++
+	}
 	switch {
 	case err == bufio.ErrBufferFull:
 		rest, err = true, nil
@@ -285,6 +319,16 @@ func (s *idScanner) restOfLine(cut bool, fn func([]byte)) error {
 			return nil
 		}
 	}
+}
+
+// endBinary closes the strict check of a binary section, if one is open.
+func (s *idScanner) endBinary() error {
+	if s.bin == nil {
+		return nil
+	}
+	b := s.bin
+	s.bin = nil
+	return b.end()
 }
 
 // skip finishes an over-long line without hashing it.
@@ -426,6 +470,9 @@ func (s *idScanner) onePatch() (patchResult, error) {
 		raw, rest, err := s.readLine()
 		if err == io.EOF {
 			s.eof = true
+			if err := s.endBinary(); err != nil {
+				return res, err
+			}
 			break
 		}
 		if err != nil {
@@ -466,6 +513,9 @@ func (s *idScanner) onePatch() (patchResult, error) {
 			continue
 		}
 		if id, ok := oidAt(p); ok {
+			if err := s.endBinary(); err != nil {
+				return res, err
+			}
 			res.next = id
 			if err := s.skip(rest); err != nil {
 				return res, err
@@ -482,6 +532,9 @@ func (s *idScanner) onePatch() (patchResult, error) {
 		// The header of a file's diff.
 		if before == -1 {
 			if hasPrefix(line, "GIT binary patch") || hasPrefix(line, "Binary files") {
+				if s.strict && hasPrefix(line, "GIT binary patch") {
+					s.bin = &binaryCheck{}
+				}
 				binary = true
 				before = 0
 				s.write(s.preOID)
@@ -510,10 +563,21 @@ func (s *idScanner) onePatch() (patchResult, error) {
 		}
 		if binary {
 			if !hasPrefix(line, "diff ") {
+				if s.bin != nil {
+					if rest {
+						return res, errors.New("binary hunk: corrupt data line (too long)")
+					}
+					if err := s.bin.line(raw); err != nil {
+						return res, err
+					}
+				}
 				if err := s.skip(rest); err != nil {
 					return res, err
 				}
 				continue
+			}
+			if err := s.endBinary(); err != nil {
+				return res, err
 			}
 			// The next file's "diff" line is not hashed (as in git).
 			binary = false

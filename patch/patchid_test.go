@@ -274,3 +274,58 @@ func TestBindingPatchID(t *testing.T) {
 		t.Errorf("BindingPatchID accepted two patches")
 	}
 }
+
+func strictIDs(input []byte, m Mode) ([]byte, error) {
+	var out bytes.Buffer
+	err := PatchIDs(bytes.NewReader(input), m, Options{Strict: true, Name: "stdin"}, func(r Result) error {
+		fmt.Fprintf(&out, "%s %s\n", r.PatchID, r.CommitID)
+		return nil
+	})
+	return out.Bytes(), err
+}
+
+// TestPatchIDStrict checks that strict mode keeps git's ids on valid input
+// (every binary hunk of a generated history) and refuses broken input with
+// an error naming the line.
+func TestPatchIDStrict(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	dir := generatedHistory(t, 99, 120)
+	valid := testGit(t, dir, nil, "log", "-p", "--binary", "--no-renames")
+	if !bytes.Contains(valid, []byte("\ndelta ")) || !bytes.Contains(valid, []byte("\nliteral ")) {
+		t.Fatalf("generated history has no delta and literal binary hunks")
+	}
+	for _, m := range allModes {
+		got, err := strictIDs(valid, m)
+		if err != nil {
+			t.Fatalf("strict %s on valid input: %v", m, err)
+		}
+		if want := ourPatchIDs(t, valid, m); !bytes.Equal(got, want) {
+			t.Errorf("strict %s changed ids", m)
+		}
+	}
+
+	bin := "diff --git a/b b/b\nnew file mode 100644\nindex 0000000000000000000000000000000000000000..8e5da76b24d9a89e507982011ad21f4c191580f6\nGIT binary patch\nliteral 12\nTcmc~u&B@7UD9<m-N#Ozj9g+k`\n\nliteral 0\nHcmV?d00001\n\n"
+	if _, err := strictIDs([]byte(bin), Stable); err != nil {
+		t.Fatalf("valid binary hunk refused: %v", err)
+	}
+	tests := []struct{ name, in, want string }{
+		{"not a diff", "hello\nworld\n", "not a diff"},
+		{"data cut before blank line", strings.TrimSuffix(bin, "\nliteral 0\nHcmV?d00001\n\n") + "", "line 6: truncated binary hunk"},
+		{"data line cut", strings.Replace(bin, "Tcmc~u&B@7UD9<m-N#Ozj9g+k`\n", "Tcmc~u&B@7UD9<m-N#\n", 1), "line 6: binary hunk: corrupt data line"},
+		{"next file starts inside data", strings.Replace(bin, "`\n\nliteral 0", "`\ndiff --git a/c b/c\n\nliteral 0", 1), "truncated binary hunk"},
+		{"size lies", strings.Replace(bin, "literal 12", "literal 13", 1), "truncated binary hunk: literal 13 inflates to 12 bytes"},
+		{"ends at marker", "diff --git a/b b/b\nindex 1..2\nGIT binary patch\n", "no data after"},
+		{"bad header", strings.Replace(bin, "literal 12", "litteral 12", 1), "want \"literal N\""},
+		{"input ends inside", strings.TrimSuffix(bin, "\n\nliteral 0\nHcmV?d00001\n\n"), "truncated binary hunk"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := strictIDs([]byte(tc.in), Stable)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
