@@ -1,0 +1,318 @@
+package review
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/conductor-dev/conductor/patch"
+)
+
+// exportTree writes the tree of commit into a new scratch folder: root/tree
+// holds the files (no .git), root/home and root/tmp are the commands' HOME
+// and TMPDIR. Blobs are written from the object store as they are: no
+// checkout filter, attribute, hook or .git link exists. The returned func
+// removes the folder.
+func exportTree(ctx context.Context, g patch.Git, commit, scratchDir string) (string, func(), error) {
+	if scratchDir == "" {
+		scratchDir = os.TempDir()
+	}
+	if err := os.MkdirAll(scratchDir, 0o755); err != nil {
+		return "", nil, err
+	}
+	root, err := os.MkdirTemp(scratchDir, "review-")
+	if err != nil {
+		return "", nil, err
+	}
+	remove := func() { removeAll(root) }
+	fail := func(err error) (string, func(), error) { remove(); return "", nil, err }
+	for _, d := range []string{"tree", "home", "tmp"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			return fail(err)
+		}
+	}
+	tree := filepath.Join(root, "tree")
+
+	out, err := g.Run(ctx, "ls-tree", "-r", "-z", "--full-tree", commit)
+	if err != nil {
+		return fail(fmt.Errorf("list %s: %w", short(commit), err))
+	}
+	type entry struct{ mode, oid, name string }
+	var blobs []entry
+	r, err := os.OpenRoot(tree)
+	if err != nil {
+		return fail(err)
+	}
+	defer r.Close()
+	for _, rec := range strings.Split(string(out), "\x00") {
+		meta, name, ok := strings.Cut(rec, "\t")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(meta)
+		if len(f) != 3 {
+			return fail(fmt.Errorf("ls-tree: unexpected line %q", rec))
+		}
+		if f[0] == "160000" { // a submodule: an empty folder, as a checkout without it
+			if err := r.MkdirAll(name, 0o755); err != nil {
+				return fail(err)
+			}
+			continue
+		}
+		blobs = append(blobs, entry{f[0], f[2], name})
+	}
+	if len(blobs) == 0 {
+		return tree, remove, nil
+	}
+
+	cmd := g.Command(ctx, "cat-file", "--batch")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fail(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fail(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	go func() {
+		w := bufio.NewWriter(stdin)
+		for _, b := range blobs {
+			fmt.Fprintln(w, b.oid)
+		}
+		w.Flush()
+		stdin.Close()
+	}()
+	br := bufio.NewReaderSize(stdout, 64<<10)
+	writeErr := func() error {
+		for _, b := range blobs {
+			hdr, err := br.ReadString('\n')
+			if err != nil {
+				return fmt.Errorf("cat-file: %w", err)
+			}
+			f := strings.Fields(hdr)
+			if len(f) != 3 || f[0] != b.oid || f[1] != "blob" {
+				return fmt.Errorf("cat-file: unexpected header %q for %s", strings.TrimSpace(hdr), b.name)
+			}
+			size, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				return fmt.Errorf("cat-file: bad size in %q", hdr)
+			}
+			if err := r.MkdirAll(path.Dir(b.name), 0o755); err != nil {
+				return fmt.Errorf("export %s: %w", b.name, err)
+			}
+			if b.mode == "120000" {
+				target := make([]byte, size)
+				if _, err := io.ReadFull(br, target); err != nil {
+					return err
+				}
+				if err := r.Symlink(string(target), b.name); err != nil {
+					return fmt.Errorf("export %s: %w", b.name, err)
+				}
+			} else {
+				perm := os.FileMode(0o644)
+				if b.mode == "100755" {
+					perm = 0o755
+				}
+				fh, err := r.OpenFile(b.name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+				if err != nil {
+					return fmt.Errorf("export %s: %w", b.name, err)
+				}
+				_, err = io.CopyN(fh, br, size)
+				if cerr := fh.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("export %s: %w", b.name, err)
+				}
+			}
+			if _, err := br.Discard(1); err != nil { // the newline after the content
+				return err
+			}
+		}
+		return nil
+	}()
+	if writeErr != nil {
+		cmd.Process.Kill()
+	}
+	waitErr := cmd.Wait()
+	if writeErr != nil {
+		return fail(writeErr)
+	}
+	if waitErr != nil {
+		return fail(fmt.Errorf("cat-file: %v: %s", waitErr, strings.TrimSpace(errb.String())))
+	}
+	return tree, remove, nil
+}
+
+// removeAll removes a scratch folder even where a command left read-only
+// folders behind.
+func removeAll(dir string) {
+	if os.RemoveAll(dir) == nil {
+		return
+	}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	os.RemoveAll(dir)
+}
+
+// gateEnvNames are the variables taken from the conductor's environment for
+// the checks and the gate. Nothing else passes: no token, key or URL with a
+// password. HOME and TMPDIR point into the scratch folder.
+var gateEnvNames = []string{
+	"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+	"GOROOT", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GONOSUMDB", "GONOSUMCHECK",
+	"GOPRIVATE", "GOTOOLCHAIN", "CGO_ENABLED", "GOTMPDIR",
+}
+
+// gateEnv builds the environment of the checks and the gate for an export
+// at tree (root/tree): the allowlist, HOME and TMPDIR in the scratch root, Go's
+// caches kept where the conductor's are (so a gate is not a cold build), git
+// discovery stopped above the export, CI=true and CONDUCTOR_GATE=1.
+func gateEnv(getenv func(string) string, tree string) []string {
+	root := filepath.Dir(tree)
+	env := make([]string, 0, len(gateEnvNames)+8)
+	for _, n := range gateEnvNames {
+		if v := getenv(n); v != "" {
+			env = append(env, n+"="+v)
+		}
+	}
+	realHome := getenv("HOME")
+	if getenv("GOCACHE") == "" {
+		if c := getenv("XDG_CACHE_HOME"); c != "" {
+			env = append(env, "GOCACHE="+filepath.Join(c, "go-build"))
+		} else if realHome != "" {
+			env = append(env, "GOCACHE="+filepath.Join(realHome, ".cache", "go-build"))
+		}
+	}
+	if getenv("GOMODCACHE") == "" && getenv("GOPATH") == "" && realHome != "" {
+		env = append(env, "GOMODCACHE="+filepath.Join(realHome, "go", "pkg", "mod"))
+	}
+	if getenv("GOPATH") == "" && realHome != "" {
+		env = append(env, "GOPATH="+filepath.Join(realHome, "go"))
+	}
+	return append(env,
+		"HOME="+filepath.Join(root, "home"),
+		"TMPDIR="+filepath.Join(root, "tmp"),
+		"GIT_CEILING_DIRECTORIES="+root,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_TERMINAL_PROMPT=0",
+		"CI=true",
+		"CONDUCTOR_GATE=1",
+	)
+}
+
+type cmdResult struct {
+	exitCode int
+	timedOut bool
+	duration time.Duration
+	stdout   string
+	output   string // stdout and stderr interleaved, last 1 MiB
+	startErr error
+}
+
+// runCommand runs argv in dir with env, in its own process group; when the
+// timeout passes (or ctx ends) the whole group is killed.
+func runCommand(ctx context.Context, dir string, argv []string, timeout time.Duration, env []string) cmdResult {
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	combined := &tailBuffer{max: 1 << 20}
+	stdout := &tailBuffer{max: 1 << 20}
+	cmd.Stdout = io.MultiWriter(stdout, combined)
+	cmd.Stderr = combined
+	start := time.Now()
+	err := cmd.Run()
+	res := cmdResult{duration: time.Since(start), stdout: stdout.String(), output: combined.String()}
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // orphans left in the group
+	}
+	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		res.timedOut, res.exitCode = true, -1
+		return res
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.exitCode = ee.ExitCode()
+	default:
+		res.exitCode, res.startErr = -1, fmt.Errorf("%s: %w", argv[0], err)
+	}
+	return res
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max     int
+	buf     []byte
+	dropped bool
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+		t.dropped = true
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.buf) }
+
+// tailBytes returns about the last n bytes of s, cut at a line start.
+func tailBytes(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return "…\n" + s
+}
+
+// lastLines returns the last n non-empty-trailing lines of s.
+func lastLines(s string, n int) string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = append([]string{"…"}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func sortStrings(s []string) []string { sort.Strings(s); return s }

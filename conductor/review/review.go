@@ -1,0 +1,380 @@
+package review
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// Options configures one review.
+type Options struct {
+	Store  bus.Store      // required when a verdict or a decision is recorded
+	Policy *policy.Policy // the effective contracts (landing rules, checks, gate)
+	RunDir runrec.Dir     // the run's folder
+
+	Approve        bool   // record an approval (refused unless every check passes)
+	RequestChanges string // record a request for changes with this text
+	Reviewer       string // who reviews (recorded with the verdict)
+	// Raise, with Approve, raises a git.merge.protected decision to land the
+	// approved commit on this target branch.
+	Raise string
+
+	// ScratchDir is where the scratch export for the checks and the gate is
+	// made (default: the system temp folder). It is removed afterwards.
+	ScratchDir string
+	// Getenv reads the environment the gate's allowlist draws from
+	// (default os.Getenv).
+	Getenv func(string) string
+
+	Now  func() time.Time
+	Out  io.Writer // the report
+	JSON bool      // print the report as one JSON object
+}
+
+// Check statuses.
+const (
+	StatusPass = "pass"
+	StatusFail = "fail"
+	StatusSkip = "skip"
+)
+
+// Check is one mechanical check's result.
+type Check struct {
+	Name     string   `json:"name"`
+	Status   string   `json:"status"`
+	Summary  string   `json:"summary"`
+	Findings []string `json:"findings,omitempty"`
+}
+
+// GateResult is one gate command's result.
+type GateResult struct {
+	Name       string        `json:"name"`
+	Argv       []string      `json:"argv"`
+	Status     string        `json:"status"`
+	ExitCode   int           `json:"exitCode"`
+	TimedOut   bool          `json:"timedOut,omitempty"`
+	Duration   time.Duration `json:"durationNs"`
+	OutputTail string        `json:"outputTail,omitempty"`
+}
+
+// FileStat is one line of the diffstat.
+type FileStat struct {
+	Status  string `json:"status"`
+	Path    string `json:"path"`
+	Added   int64  `json:"added"`
+	Deleted int64  `json:"deleted"`
+	Binary  bool   `json:"binary,omitempty"`
+}
+
+// Report is what a review found and did.
+type Report struct {
+	RunID     string `json:"runId"`
+	TaskID    string `json:"taskId"`
+	Session   string `json:"session,omitempty"`
+	RunStatus string `json:"runStatus"`
+	Model     string `json:"model,omitempty"`
+	Repo      string `json:"repo"`
+	Base      string `json:"base"`
+	WorkRef   string `json:"workRef"`
+	Parent    string `json:"parent"`
+	Commit    string `json:"commit"`
+	PatchID   string `json:"patchId"`
+	// WorkRefUpdated says whether the work branch was moved to Commit
+	// (only when a verdict is recorded).
+	WorkRefUpdated bool         `json:"workRefUpdated"`
+	Files          []FileStat   `json:"files"`
+	Checks         []Check      `json:"checks"`
+	Gate           []GateResult `json:"gate"`
+	Clean          bool         `json:"clean"`
+	Findings       []string     `json:"findings,omitempty"`
+	Verdict        *bus.Verdict `json:"verdict,omitempty"`
+	Decision       *bus.Decision `json:"decision,omitempty"`
+}
+
+// FollowUp is the refinement message for a re-dispatch: the reviewer's text
+// and every finding of the checks and the gate.
+func (r Report) FollowUp(text string) string {
+	var b strings.Builder
+	b.WriteString("Review of your patch (run " + r.RunID + ") requested changes.\n")
+	if strings.TrimSpace(text) != "" {
+		b.WriteString("\nReviewer: " + strings.TrimSpace(text) + "\n")
+	}
+	if len(r.Findings) > 0 {
+		b.WriteString("\nYour patch had these problems:\n")
+		for _, f := range r.Findings {
+			b.WriteString("- " + f + "\n")
+		}
+	}
+	b.WriteString("\nFix them in the same worktree, run the checks again, then stop.")
+	return b.String()
+}
+
+var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// WorkRef returns the work branch of a task: refs/heads/work/<task-id>.
+func WorkRef(taskID string) (string, error) {
+	if !taskIDRE.MatchString(taskID) || strings.Contains(taskID, "..") || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
+		return "", fmt.Errorf("task id %q cannot name a work branch (want letters, digits, '.', '_', '-')", taskID)
+	}
+	return "refs/heads/work/" + taskID, nil
+}
+
+// Run reviews one run. It returns the report; the error is a *policy.Refusal
+// when the review is not clean (report only, or an approval refused), and
+// any other error when the review could not be done.
+func Run(ctx context.Context, opts Options) (Report, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Getenv == nil {
+		opts.Getenv = os.Getenv
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	if opts.Reviewer == "" {
+		opts.Reviewer = "conductor"
+	}
+	var rep Report
+	switch {
+	case opts.Policy == nil:
+		return rep, errors.New("review: no policy")
+	case opts.Approve && opts.RequestChanges != "":
+		return rep, errors.New("review: --approve and --request-changes exclude each other")
+	case opts.Raise != "" && !opts.Approve:
+		return rep, errors.New("review: raising a decision needs --approve")
+	case (opts.Approve || opts.RequestChanges != "") && opts.Store == nil:
+		return rep, errors.New("review: recording a verdict needs the bus store")
+	}
+	landing := opts.Policy.Landing()
+	if opts.Raise != "" {
+		// Refuse before doing anything.
+		if err := landing.TargetAllowed(opts.Raise); err != nil {
+			return rep, err
+		}
+	}
+
+	res, diff, err := readRun(opts.RunDir)
+	if err != nil {
+		return rep, err
+	}
+	rep = Report{RunID: res.RunID, TaskID: res.TaskID, Session: res.Session, RunStatus: res.Status,
+		Model: modelName(res), Repo: res.Repo}
+	if rep.WorkRef, err = WorkRef(res.TaskID); err != nil {
+		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
+	}
+	g := patch.Git{GitDir: res.Repo}
+	if rep.Base, err = resolveCommit(ctx, g, res.BaseCommit); err != nil {
+		return rep, fmt.Errorf("review %s: base commit: %w", res.RunID, err)
+	}
+
+	wc, err := makeWorkCommit(ctx, g, res, rep.Base, rep.WorkRef, diff, opts.Now())
+	if err != nil {
+		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
+	}
+	rep.Parent, rep.Commit = wc.parent, wc.commit
+
+	// The binding patch-id of the commit, from the run's base.
+	var canon bytes.Buffer
+	if rep.PatchID, err = patch.DiffTrees(ctx, g, rep.Base, rep.Commit, &canon); err != nil {
+		return rep, fmt.Errorf("review %s: diff %s..%s: %w", res.RunID, short(rep.Base), short(rep.Commit), err)
+	}
+	if rep.PatchID != res.PatchID {
+		return rep, fmt.Errorf("review %s: the work commit %s has patch-id %s but the run recorded %s: "+
+			"the run's patch.diff and its record disagree (a bug, or the record was edited)",
+			res.RunID, short(rep.Commit), rep.PatchID, res.PatchID)
+	}
+	changes, err := policy.ParseChanges(bytes.NewReader(canon.Bytes()))
+	if err != nil {
+		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
+	}
+	for _, c := range changes {
+		rep.Files = append(rep.Files, FileStat{Status: string(c.Status), Path: c.Path, Added: c.Added, Deleted: c.Deleted, Binary: c.Binary})
+	}
+
+	// Mechanical checks and the gate.
+	ck := &checker{ctx: ctx, g: g, landing: landing, commit: rep.Commit, base: rep.Base, changes: changes,
+		scratchDir: opts.ScratchDir, getenv: opts.Getenv}
+	defer ck.cleanup()
+	rep.Checks = append(rep.Checks, checkRunStatus(res))
+	rep.Checks = append(rep.Checks, ck.paths())
+	rep.Checks = append(rep.Checks, ck.size())
+	rep.Checks = append(rep.Checks, ck.syntax())
+	rep.Gate = ck.gate()
+	rep.Clean = true
+	for _, c := range rep.Checks {
+		if c.Status == StatusFail {
+			rep.Clean = false
+			rep.Findings = append(rep.Findings, c.Findings...)
+		}
+	}
+	for _, gr := range rep.Gate {
+		if gr.Status == StatusFail {
+			rep.Clean = false
+			rep.Findings = append(rep.Findings, gateFinding(gr))
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return rep, err
+	}
+
+	// The verdict.
+	var outcome error
+	switch {
+	case opts.Approve && !rep.Clean:
+		outcome = policy.Refusef("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
+			"approval refused: %s", failedSummary(rep))
+	case opts.Approve, opts.RequestChanges != "":
+		verdict, findings := bus.VerdictApprove, []string(nil)
+		if opts.RequestChanges != "" {
+			verdict = bus.VerdictRequestChanges
+			findings = append([]string{strings.TrimSpace(opts.RequestChanges)}, rep.Findings...)
+		}
+		if err := wc.publish(ctx, g); err != nil {
+			return rep, fmt.Errorf("review %s: %w", res.RunID, err)
+		}
+		rep.WorkRefUpdated = true
+		v, err := opts.Store.PutVerdict(ctx, bus.Verdict{RunID: res.RunID, WorkRef: rep.WorkRef, Commit: rep.Commit,
+			PatchID: rep.PatchID, Verdict: verdict, Reviewer: opts.Reviewer, Findings: findings})
+		if err != nil {
+			return rep, fmt.Errorf("review %s: record verdict: %w", res.RunID, err)
+		}
+		rep.Verdict = &v
+		if opts.Raise != "" {
+			d, err := opts.Store.RaiseDecision(ctx, bus.Decision{Kind: bus.KindMergeProtected, RaisedBy: opts.Reviewer,
+				Repo: res.Repo, WorkRef: rep.WorkRef, Commit: rep.Commit, Target: strings.TrimPrefix(opts.Raise, "refs/heads/"),
+				RunID: res.RunID})
+			if err != nil {
+				return rep, fmt.Errorf("review %s: raise decision: %w", res.RunID, err)
+			}
+			rep.Decision = &d
+		}
+	case !rep.Clean:
+		outcome = policy.Refusef("review-failed", "fix the findings, or record them with --request-changes TEXT [--redispatch]",
+			"review found problems: %s", failedSummary(rep))
+	}
+	if err := writeRecord(opts.RunDir, rep); err != nil {
+		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
+	}
+	if err := printReport(opts.Out, rep, opts.JSON); err != nil {
+		return rep, err
+	}
+	return rep, outcome
+}
+
+// readRun reads and checks a run record and its patch.
+func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
+	if fi, err := os.Stat(string(dir)); err != nil || !fi.IsDir() {
+		return runrec.Result{}, nil, fmt.Errorf("review: no run record at %s", dir)
+	}
+	res, err := dir.ReadResult()
+	if err != nil {
+		return res, nil, fmt.Errorf("review: %w", err)
+	}
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"runId", res.RunID}, {"taskId", res.TaskID}, {"repo", res.Repo}, {"baseCommit", res.BaseCommit}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return res, nil, fmt.Errorf("review: run record %s: %s lacks %s", dir, runrec.ResultFile, strings.Join(missing, ", "))
+	}
+	if res.Status == runrec.StatusRunning {
+		return res, nil, fmt.Errorf("review %s: the run is still running; review it when it has finished", res.RunID)
+	}
+	diff, err := os.ReadFile(dir.Path(runrec.PatchFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return res, nil, fmt.Errorf("review %s: the run has no patch (%s missing): nothing to review", res.RunID, dir.Path(runrec.PatchFile))
+	case err != nil:
+		return res, nil, fmt.Errorf("review %s: %w", res.RunID, err)
+	case len(bytes.TrimSpace(diff)) == 0 || res.PatchID == "":
+		return res, nil, fmt.Errorf("review %s: the run's patch is empty: the worker changed nothing, nothing to review", res.RunID)
+	}
+	// The patch must be the one the record names.
+	id, err := patch.BindingPatchID(bytes.NewReader(diff))
+	if err != nil {
+		return res, nil, fmt.Errorf("review %s: %s: %w", res.RunID, dir.Path(runrec.PatchFile), err)
+	}
+	if id != res.PatchID {
+		return res, nil, fmt.Errorf("review %s: %s has patch-id %s but %s records %s: the record and the patch disagree",
+			res.RunID, runrec.PatchFile, id, runrec.ResultFile, res.PatchID)
+	}
+	return res, diff, nil
+}
+
+func modelName(res runrec.Result) string {
+	switch {
+	case res.ModelAlias != "" && res.Model != "" && res.Model != res.ModelAlias:
+		return res.ModelAlias + " (" + res.Model + ")"
+	case res.ModelAlias != "":
+		return res.ModelAlias
+	}
+	return res.Model
+}
+
+func resolveCommit(ctx context.Context, g patch.Git, rev string) (string, error) {
+	id, err := g.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{commit}")
+	if err != nil || id == "" {
+		return "", fmt.Errorf("%q is not a commit in %s", rev, g.GitDir)
+	}
+	return id, nil
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func checkRunStatus(res runrec.Result) Check {
+	if res.Status == runrec.StatusSucceeded {
+		return Check{Name: "run", Status: StatusPass, Summary: "the worker finished (succeeded)"}
+	}
+	msg := fmt.Sprintf("the run ended %s, not succeeded", res.Status)
+	if res.Error != "" {
+		msg += ": " + res.Error
+	}
+	return Check{Name: "run", Status: StatusFail, Summary: msg, Findings: []string{msg}}
+}
+
+func failedSummary(rep Report) string {
+	var names []string
+	for _, c := range rep.Checks {
+		if c.Status == StatusFail {
+			names = append(names, c.Name)
+		}
+	}
+	for _, g := range rep.Gate {
+		if g.Status == StatusFail {
+			names = append(names, "gate "+g.Name)
+		}
+	}
+	return fmt.Sprintf("%d failed (%s); %d finding(s)", len(names), strings.Join(names, ", "), len(rep.Findings))
+}
+
+func gateFinding(g GateResult) string {
+	what := fmt.Sprintf("exit status %d", g.ExitCode)
+	if g.TimedOut {
+		what = "timed out after " + g.Duration.Round(time.Millisecond).String() + " and was killed"
+	}
+	f := fmt.Sprintf("gate %s (%s) failed: %s", g.Name, strings.Join(g.Argv, " "), what)
+	if tail := lastLines(g.OutputTail, 10); tail != "" {
+		f += "\n" + tail
+	}
+	return f
+}
