@@ -93,13 +93,13 @@ type Report struct {
 	PatchID   string `json:"patchId"`
 	// WorkRefUpdated says whether the work branch was moved to Commit
 	// (only when a verdict is recorded).
-	WorkRefUpdated bool         `json:"workRefUpdated"`
-	Files          []FileStat   `json:"files"`
-	Checks         []Check      `json:"checks"`
-	Gate           []GateResult `json:"gate"`
-	Clean          bool         `json:"clean"`
-	Findings       []string     `json:"findings,omitempty"`
-	Verdict        *bus.Verdict `json:"verdict,omitempty"`
+	WorkRefUpdated bool          `json:"workRefUpdated"`
+	Files          []FileStat    `json:"files"`
+	Checks         []Check       `json:"checks"`
+	Gate           []GateResult  `json:"gate"`
+	Clean          bool          `json:"clean"`
+	Findings       []string      `json:"findings,omitempty"`
+	Verdict        *bus.Verdict  `json:"verdict,omitempty"`
 	Decision       *bus.Decision `json:"decision,omitempty"`
 }
 

@@ -294,7 +294,9 @@ func TestFindings(t *testing.T) {
 		}, `{"review":{"sizeLimits":{"maxFiles":1}}}`, runrec.StatusSucceeded, "size", []string{"2 files changed, the limit is 1"}},
 		{"file too big", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/big.txt", strings.Repeat("x", 100)) },
 			`{"review":{"sizeLimits":{"maxFileBytes":50}}}`, runrec.StatusSucceeded, "size", []string{"pkg/big.txt is 100 bytes, the limit is 50"}},
-		{"gofmt", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/a.go", "package pkg\nfunc   A() int {return 1}\n") },
+		{"gofmt", func(t *testing.T, wt string) {
+			writeFile(t, wt, "pkg/a.go", "package pkg\nfunc   A() int {return 1}\n")
+		},
 			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/a.go: gofmt -l pkg/a.go: reported the file"}},
 		{"bash -n", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/x.sh", "if then fi (\n") },
 			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/x.sh: bash -n pkg/x.sh: exit status 2"}},
