@@ -176,6 +176,14 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		return res, fmt.Errorf("pr open: %w", err)
 	}
 
+	// The push went to the remote; the forge must now see the branch, or
+	// the remote is not this forge's repository.
+	if ok, err := f.BranchExists(ctx, branch); err != nil {
+		return res, fmt.Errorf("pr open: %w", err)
+	} else if !ok {
+		return res, fmt.Errorf("pr open: pushed %s to remote %q, but the forge repository %s does not have it: is the remote this forge's repository? (check the remote URL, --owner/--repo and --gitea-url)", branch, push.Remote, res.Repo)
+	}
+
 	if existing, err := f.FindPR(ctx, branch, base); err == nil {
 		res.PR = existing
 		return res, writePRRecord(o.RunDir, res)

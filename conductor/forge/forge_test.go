@@ -280,6 +280,19 @@ func TestOpenDraftPRErrors(t *testing.T) {
 			maxCalls: 2,
 		},
 		{
+			name: "remote is not the forge's repository",
+			edit: func(f *fixture, o *forge.DraftOptions) {
+				elsewhere := filepath.Join(f.root, "elsewhere", "acme", "widget.git")
+				if err := os.MkdirAll(elsewhere, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				git(t, elsewhere, "init", "--quiet", "--bare", "-b", "main")
+				git(t, f.work, "remote", "set-url", "origin", elsewhere)
+			},
+			want:     []string{"does not have it: is the remote this forge's repository?"},
+			maxCalls: 4,
+		},
+		{
 			name: "bad URL",
 			edit: func(f *fixture, o *forge.DraftOptions) { o.Settings.URL = "gitea.example" },
 			want: []string{"want http(s)://"},
