@@ -1,0 +1,198 @@
+package land
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// AuditStore is what audit reads from the bus store.
+type AuditStore interface {
+	GetDecision(ctx context.Context, id string) (bus.Decision, error)
+	LatestVerdict(ctx context.Context, workRef string) (bus.Verdict, error)
+	GetLanding(ctx context.Context, decisionID string) (bus.Landing, error)
+}
+
+// AuditOptions select the commit to audit.
+type AuditOptions struct {
+	Git    patch.Git
+	Store  AuditStore // nil: the store checks are skipped (and say so)
+	Commit string
+}
+
+// AuditCheck is one comparison of an audit.
+type AuditCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Want   string `json:"want,omitempty"`
+	Got    string `json:"got,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// AuditReport is the outcome of an audit.
+type AuditReport struct {
+	Commit   string       `json:"commit"`
+	PatchID  string       `json:"patchId"` // re-derived from the first-parent diff
+	Decision string       `json:"decision,omitempty"`
+	OK       bool         `json:"ok"`
+	Checks   []AuditCheck `json:"checks"`
+}
+
+// Refusal is nil when every check passed, else an audit-mismatch refusal
+// listing what does not match.
+func (r AuditReport) Refusal() *policy.Refusal {
+	if r.OK {
+		return nil
+	}
+	var bad []string
+	for _, c := range r.Checks {
+		if !c.OK {
+			s := c.Name
+			if c.Want != "" || c.Got != "" {
+				s += fmt.Sprintf(": want %s, got %s", orNone(c.Want), orNone(c.Got))
+			}
+			if c.Detail != "" {
+				s += " (" + c.Detail + ")"
+			}
+			bad = append(bad, s)
+		}
+	}
+	rf := policy.Refuse("audit-mismatch",
+		fmt.Sprintf("commit %s does not match its receipt (%d mismatch(es))", short(r.Commit), len(bad)),
+		"find out how the commit was made: it was not landed as recorded (rewritten history, edited note or store)")
+	rf.Detail = strings.Join(bad, "\n")
+	return rf
+}
+
+// Print writes the report for people or as one JSON object.
+func (r AuditReport) Print(w io.Writer, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(r)
+	}
+	status := "ok"
+	if !r.OK {
+		status = "MISMATCH"
+	}
+	if _, err := fmt.Fprintf(w, "audit %s: %s\n  patch-id %s (re-derived)\n", r.Commit, status, orNone(r.PatchID)); err != nil {
+		return err
+	}
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		line := fmt.Sprintf("  %s %s", mark, c.Name)
+		if !c.OK && (c.Want != "" || c.Got != "") {
+			line += fmt.Sprintf(": want %s, got %s", orNone(c.Want), orNone(c.Got))
+		}
+		if c.Detail != "" {
+			line += " (" + c.Detail + ")"
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Audit re-derives the binding patch-id of commit from its first-parent
+// diff and checks it against the commit's trailers, its receipt note on
+// NotesRef and the store's landing, decision and verdict.
+func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
+	g := patch.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config}
+	c, err := readCommit(ctx, g, o.Commit)
+	if err != nil {
+		return AuditReport{}, fmt.Errorf("audit %s: %w", o.Commit, err)
+	}
+	rep := AuditReport{Commit: c.OID}
+	parent := emptyTree
+	if len(c.Parents) > 0 {
+		parent = c.Parents[0]
+	}
+	if rep.PatchID, err = bindingPatchID(ctx, g, parent, c.OID); err != nil {
+		return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
+	}
+	check := func(name, want, got string) {
+		rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: want == got && want != "", Want: want, Got: got})
+	}
+	note := func(name, detail string, ok bool) {
+		rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: ok, Detail: detail})
+	}
+
+	_, ts := splitTrailers(c.Message)
+	tr := map[string]string{}
+	for _, k := range []string{"Decision-Id", "Reviewed-Commit", "Patch-Id", "Run-Id", "Model"} {
+		tr[k] = trailer(ts, k)
+		if tr[k] == "" {
+			note("trailer "+k, "missing", false)
+		}
+	}
+	rep.Decision = tr["Decision-Id"]
+	check("trailer Patch-Id = re-derived patch-id", rep.PatchID, tr["Patch-Id"])
+
+	// The receipt note.
+	raw, err := g.Run(ctx, "notes", "--ref="+NotesRef, "show", c.OID)
+	var rc Receipt
+	switch {
+	case err != nil:
+		note("note on "+NotesRef, "missing", false)
+	case json.Unmarshal(raw, &rc) != nil:
+		note("note on "+NotesRef, "not a conductor receipt (bad JSON)", false)
+	default:
+		check("note patchId = re-derived patch-id", rep.PatchID, rc.PatchID)
+		check("note decision = trailer Decision-Id", tr["Decision-Id"], rc.Decision)
+		check("note reviewedCommit = trailer Reviewed-Commit", tr["Reviewed-Commit"], rc.ReviewedCommit)
+		check("note run = trailer Run-Id", tr["Run-Id"], rc.Run)
+		check("note model = trailer Model", tr["Model"], rc.Model)
+	}
+
+	// The store.
+	switch {
+	case o.Store == nil:
+		note("store", "not checked (no store)", true)
+	case rep.Decision == "":
+	default:
+		l, err := o.Store.GetLanding(ctx, rep.Decision)
+		switch {
+		case errors.Is(err, bus.ErrNotFound):
+			note("store landing", "no landing recorded for "+rep.Decision, false)
+		case err != nil:
+			return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
+		default:
+			check("store landing commit = commit", c.OID, l.Commit)
+			check("store landing patchId = re-derived patch-id", rep.PatchID, l.PatchID)
+		}
+		d, err := o.Store.GetDecision(ctx, rep.Decision)
+		switch {
+		case errors.Is(err, bus.ErrNotFound):
+			note("store decision", "no decision "+rep.Decision, false)
+		case err != nil:
+			return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
+		default:
+			check("store decision commit = trailer Reviewed-Commit", tr["Reviewed-Commit"], d.Commit)
+			v, err := o.Store.LatestVerdict(ctx, d.WorkRef)
+			switch {
+			case errors.Is(err, bus.ErrNotFound):
+				note("store verdict", "no verdict for "+d.WorkRef, false)
+			case err != nil:
+				return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
+			case v.Commit != d.Commit:
+				note("store verdict", "the latest verdict on "+d.WorkRef+" is for a later commit; not compared", true)
+			default:
+				check("store verdict patchId = re-derived patch-id", rep.PatchID, v.PatchID)
+			}
+		}
+	}
+	rep.OK = true
+	for _, ch := range rep.Checks {
+		rep.OK = rep.OK && ch.OK
+	}
+	return rep, nil
+}

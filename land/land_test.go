@@ -1,0 +1,141 @@
+package land
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+var change = map[string]string{
+	"lib/calc.go":   "package lib\n\nfunc Add(a, b int) int {\n\treturn a + b\n}\n\nfunc Sub(a, b int) int {\n\treturn a - b\n}\n\n// one\n// two\n// three\n// four\n// five\n// six\n// seven\n",
+	"lib/new.go":    "package lib\n",
+	"docs/guide.md": "",
+}
+
+func TestLandHappyPath(t *testing.T) {
+	for _, mode := range []string{ModeTree, ModeWorktree} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t)
+			marker := filepath.Join(t.TempDir(), "gate.log")
+			f.rules.gate = []policy.GateCommand{{Name: "check", Argv: []string{"sh", "-c",
+				`echo "$CONDUCTOR_LAND_TREE $CONDUCTOR_LAND_MODE $(ls | tr '\n' ' ')" >> ` + marker}}}
+			// main moves on elsewhere after the work was based.
+			id, approvedCommit := f.approved("a", change)
+			f.commit("refs/heads/main", "", map[string]string{"docs/other.md": "other\n"}, "unrelated")
+			tip := f.rev("refs/heads/main")
+
+			out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree })
+			if err != nil {
+				t.Fatalf("land: %v", err)
+			}
+			if out.Status != StatusLanded || out.Mode != mode {
+				t.Fatalf("outcome %+v", out)
+			}
+			head := f.rev("refs/heads/main")
+			if head != out.Commit {
+				t.Fatalf("main at %s, outcome says %s", head, out.Commit)
+			}
+			if p := f.rev(head + "^"); p != tip {
+				t.Fatalf("parent %s, want old tip %s", p, tip)
+			}
+			if f.rev(head+"^2") != "" {
+				t.Fatal("landed commit is a merge, want one squashed commit")
+			}
+			// Exact tree: the old tip plus the reviewed diff.
+			want := f.commit("refs/heads/expected", tip, change, "expected")
+			if got, w := f.rev(head+"^{tree}"), f.rev(want+"^{tree}"); got != w {
+				t.Fatalf("tree %s, want %s", got, w)
+			}
+			msg := f.git("log", "-1", "--format=%B", head)
+			pid := f.patchID(tip, head)
+			for _, tr := range []string{"Decision-Id: " + id, "Reviewed-Commit: " + approvedCommit, "Patch-Id: " + pid,
+				"Run-Id: run-a", "Model: fake", "Task-Id: t-a"} {
+				if !strings.Contains(msg, tr) {
+					t.Errorf("message lacks %q:\n%s", tr, msg)
+				}
+			}
+			if !strings.HasPrefix(msg, "Change a\n") {
+				t.Errorf("message does not keep the subject:\n%s", msg)
+			}
+			var rc Receipt
+			if err := json.Unmarshal([]byte(f.git("notes", "--ref=conductor", "show", head)), &rc); err != nil {
+				t.Fatalf("note: %v", err)
+			}
+			if rc.Decision != id || rc.PatchID != pid || rc.Run != "run-a" || rc.Model != "fake" || rc.Task != "t-a" ||
+				rc.Tokens.Total == nil || *rc.Tokens.Total != 42 || rc.Verdict.Verdict != "approve" {
+				t.Fatalf("receipt %+v", rc)
+			}
+			l, err := f.store.GetLanding(context.Background(), id)
+			if err != nil || l.Commit != head || l.PatchID != pid || l.Target != "main" {
+				t.Fatalf("landing row %+v, %v", l, err)
+			}
+			gateLog, _ := os.ReadFile(marker)
+			if !strings.HasPrefix(string(gateLog), f.rev(head+"^{tree}")+" "+mode) {
+				t.Fatalf("gate did not run on the landed tree: %q", gateLog)
+			}
+			if mode == ModeWorktree && !strings.Contains(string(gateLog), "lib") {
+				t.Fatalf("worktree gate saw no files: %q", gateLog)
+			}
+			if wt := f.git("worktree", "list", "--porcelain"); strings.Count(wt, "worktree ") != 1 {
+				t.Fatalf("worktrees left:\n%s", wt)
+			}
+			if left, _ := filepath.Glob(filepath.Join(f.dataRoot, "land", "*", "scratch", "*")); len(left) > 0 {
+				t.Fatalf("scratch left: %v", left)
+			}
+			rep, err := Audit(context.Background(), AuditOptions{Git: f.g, Store: f.store, Commit: "main"})
+			if err != nil || !rep.OK {
+				t.Fatalf("audit: %+v %v", rep, err)
+			}
+
+			// Idempotent.
+			before := f.snapshot()
+			again, err := f.land(id, nil)
+			if err != nil || again.Status != StatusAlreadyLanded || again.Commit != head {
+				t.Fatalf("second land: %+v %v", again, err)
+			}
+			if f.snapshot() != before {
+				t.Fatal("second land changed the repository")
+			}
+		})
+	}
+}
+
+func TestLandDryRunChangesNothing(t *testing.T) {
+	for _, mode := range []string{ModeTree, ModeWorktree} {
+		t.Run(mode, func(t *testing.T) {
+			f := newFixture(t)
+			f.rules.gate = []policy.GateCommand{{Name: "ok", Argv: []string{"true"}, NeedsFiles: mode == ModeWorktree}}
+			id, _ := f.approved("a", change)
+			before := f.snapshot()
+			var sb strings.Builder
+			out, err := f.land(id, func(o *Options) { o.DryRun = true; o.Out = &sb })
+			if err != nil {
+				t.Fatalf("dry run: %v", err)
+			}
+			if out.Status != StatusDryRun || out.Tree == "" || out.Mode != mode || !strings.Contains(out.Message, "Decision-Id: "+id) {
+				t.Fatalf("outcome %+v", out)
+			}
+			if !strings.Contains(sb.String(), "would land "+id+" on main") {
+				t.Fatalf("output %q", sb.String())
+			}
+			if after := f.snapshot(); after != before {
+				t.Fatalf("dry run changed the repository:\n%s\n---\n%s", before, after)
+			}
+			if _, err := f.store.GetLanding(context.Background(), id); !errors.Is(err, bus.ErrNotFound) {
+				t.Fatalf("dry run recorded a landing: %v", err)
+			}
+			// The real landing commits exactly the tree the dry run reported.
+			real, err := f.land(id, nil)
+			if err != nil || f.rev(real.Commit+"^{tree}") != out.Tree {
+				t.Fatalf("land after dry run: %+v %v (dry-run tree %s)", real, err, out.Tree)
+			}
+		})
+	}
+}
