@@ -331,6 +331,9 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 	if err := os.MkdirAll(p.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("worktree pool: %w", err)
 	}
+	if err := p.writePoolInfo(); err != nil {
+		return nil, err
+	}
 	slot := newSlotName()
 	lk, err := lockFile(p.lockPath(slot), false)
 	if err != nil {
@@ -618,6 +621,47 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 		removed = append(removed, v.Meta.Slot)
 	}
 	return removed, errors.Join(append(errs, err)...)
+}
+
+// poolInfo is pool.json: which repository a pool folder belongs to.
+type poolInfo struct {
+	Repo string `json:"repo"` // common git dir
+}
+
+func (p *Pool) writePoolInfo() error {
+	path := filepath.Join(p.Dir, "pool.json")
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	b, _ := json.Marshal(poolInfo{Repo: p.Repo.GitDir})
+	return runrec.WriteFileAtomic(path, append(b, '\n'), 0o644)
+}
+
+// OpenPools returns every pool under base (WORKER_WORKTREE_BASE), for
+// `conductor pool status|prune` without a repository.
+func OpenPools(base string, getenv func(string) string) ([]*Pool, error) {
+	entries, err := os.ReadDir(base)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var pools []*Pool
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(base, e.Name(), "pool.json"))
+		if err != nil {
+			continue
+		}
+		var info poolInfo
+		if json.Unmarshal(b, &info) != nil || info.Repo == "" {
+			continue
+		}
+		p := NewPool(base, patch.Git{GitDir: info.Repo}, getenv)
+		p.Dir = filepath.Join(base, e.Name())
+		pools = append(pools, p)
+	}
+	return pools, nil
 }
 
 // SlotStatus is one slot as `conductor pool status` shows it.

@@ -147,6 +147,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, info, err
 	}
+	foldKeys(top, "choices", "usage")
 	if u, ok := top["usage"]; ok && !isJSONNull(u) {
 		info.usagePresent = true
 	} else {
@@ -174,6 +175,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 		}
 	}
 	for ci, ch := range choices {
+		foldKeys(ch, "message", "finish_reason")
 		var msg map[string]json.RawMessage
 		if raw, ok := ch["message"]; ok && !isJSONNull(raw) {
 			if err := json.Unmarshal(raw, &msg); err != nil {
@@ -182,6 +184,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 		} else {
 			msg = map[string]json.RawMessage{}
 		}
+		foldKeys(msg, "role", "content", "tool_calls", "function_call")
 		var calls []map[string]json.RawMessage
 		if raw, ok := msg["tool_calls"]; ok && !isJSONNull(raw) {
 			if err := json.Unmarshal(raw, &calls); err != nil {
@@ -206,6 +209,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 			}
 		}
 		for _, c := range calls {
+			foldKeys(c, "id", "type", "function", "index")
 			var id string
 			_ = json.Unmarshal(c["id"], &id)
 			switch {
@@ -229,6 +233,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 					return nil, info, fmt.Errorf("choices[%d].message.tool_calls: function: %w", ci, err)
 				}
 			}
+			foldKeys(fn, "name", "arguments")
 			args, fix := argumentsString(fn["arguments"])
 			if fix != "" {
 				info.fixes = appendFix(info.fixes, fix)
@@ -414,6 +419,23 @@ func contentPartsText(raw json.RawMessage) string {
 		texts = append(texts, p.Text)
 	}
 	return strings.Join(texts, "\n")
+}
+
+// foldKeys renames keys that match names case-insensitively to the exact
+// name (encoding/json, and so go-openai, matches keys that way) and drops
+// the duplicates, so what we normalise is what go-openai reads.
+func foldKeys(m map[string]json.RawMessage, names ...string) {
+	for _, name := range names {
+		for k, v := range m {
+			if k == name || !strings.EqualFold(k, name) {
+				continue
+			}
+			if _, exact := m[name]; !exact {
+				m[name] = v
+			}
+			delete(m, k)
+		}
+	}
 }
 
 func isJSONNull(raw json.RawMessage) bool {

@@ -40,6 +40,8 @@ type Options struct {
 	// name and the names of environment variables that hold its credentials
 	// (never passed to commands). The CLI wires the registry here.
 	Connect func(alias string) (client ModelClient, model string, secretEnv []string, err error)
+	// Registry resolves the alias when neither Model nor Connect is given.
+	Registry *Registry
 
 	Role    RolePolicy      // required
 	Sandbox sandbox.Sandbox // commands run only through it; nil: run_command fails for the model
@@ -94,6 +96,9 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 		if _, serr := opts.Store.GetRun(ctx, runID); serr != nil {
 			return runrec.Result{}, fmt.Errorf("resume %s: no run record here and none in the store: %w", runID, serr)
 		}
+	}
+	if opts.Repo == "" && prev.Repo != "" {
+		opts.Repo = prev.Repo
 	}
 	if opts.Task.TaskVersion == 0 {
 		t, err := LoadTask(dir.Path(runrec.TaskFile))
@@ -346,14 +351,21 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 
 	// Model.
 	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
+	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
+		alias = r.opts.Registry.Default()
+	}
 	secretEnv := r.opts.DeniedEnv
 	r.model = r.opts.Model
 	modelName := r.opts.ModelName
 	if r.model == nil {
-		if r.opts.Connect == nil {
+		connect := r.opts.Connect
+		if connect == nil && r.opts.Registry != nil {
+			connect = r.connectRegistry
+		}
+		if connect == nil {
 			return runrec.Result{}, errors.New("run-task: no model client and no model registry")
 		}
-		client, name, secrets, err := r.opts.Connect(alias)
+		client, name, secrets, err := connect(alias)
 		if err != nil {
 			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
 		}
@@ -447,6 +459,23 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, alias, r.lease.Dir())})
 	status, msg := r.loop(ctx)
 	return r.finish(ctx, status, msg)
+}
+
+// connectRegistry resolves alias in the registry and builds its client.
+func (r *runner) connectRegistry(alias string) (ModelClient, string, []string, error) {
+	spec, err := r.opts.Registry.Lookup(alias)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	client, err := NewClient(spec, r.getenv)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var secrets []string
+	if spec.APIKeyEnv != "" {
+		secrets = append(secrets, spec.APIKeyEnv)
+	}
+	return client, spec.Model, secrets, nil
 }
 
 func firstNonEmpty(vals ...string) string {

@@ -125,6 +125,7 @@ func newApp(d *deps) *cli.App {
 			newWorkerCmd(d),
 			newNoteCmd(d),
 			newDoctorCmd(d),
+			newPoolCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -154,7 +155,13 @@ func (b *bwrapBackend) selfTest() error {
 // probeRun runs `true` in a fresh sandbox on a temporary folder and checks
 // it got its own network namespace.
 func (b *bwrapBackend) probeRun(ctx context.Context) (sandboxInfo, error) {
-	dir, err := os.MkdirTemp("", "conductor-sandbox-probe-")
+	// The sandbox uid must reach the folder: $TMPDIR may be private to
+	// the conductor, /tmp never is.
+	base := os.TempDir()
+	if b.id.drop && checkReachable(filepath.Join(base, "probe"), b.id) != nil {
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "conductor-sandbox-probe-")
 	if err != nil {
 		return sandboxInfo{}, err
 	}

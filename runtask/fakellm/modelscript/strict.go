@@ -120,11 +120,19 @@ func checkShape(raw json.RawMessage, t reflect.Type, path string) error {
 	if kind == "null" {
 		return nil // json leaves the zero value
 	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
 	if t == rawMessageType {
 		return nil
 	}
-	// Types that decode themselves (Duration and the like) check themselves.
-	if reflect.PointerTo(t).Implements(unmarshalerT) || t.Implements(unmarshalerT) {
+	// Types that decode themselves (durations and the like) are checked by
+	// decoding, so their errors get the path too.
+	if reflect.PointerTo(t).Implements(unmarshalerT) {
+		u := reflect.New(t).Interface().(json.Unmarshaler)
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return fmt.Errorf("%s: %v", pathOrTop(path), err)
+		}
 		return nil
 	}
 	if reflect.PointerTo(t).Implements(textUnmarshalT) {
@@ -137,8 +145,6 @@ func checkShape(raw json.RawMessage, t reflect.Type, path string) error {
 		return fmt.Errorf("%s: want %s, got a JSON %s", pathOrTop(path), desc, kind)
 	}
 	switch t.Kind() {
-	case reflect.Pointer:
-		return checkShape(raw, t.Elem(), path)
 	case reflect.Interface:
 		return nil
 	case reflect.String:

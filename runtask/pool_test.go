@@ -1,0 +1,234 @@
+package runtask
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/conductor-dev/conductor/patch"
+)
+
+func newTestPool(t *testing.T, max int) (*Pool, string, string) {
+	t.Helper()
+	repo := newTestRepo(t, nil)
+	g, err := patch.OpenRepo(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := NewPool(filepath.Join(t.TempDir(), "worktrees"), g, nil)
+	p.MaxCount = max
+	return p, repo, git(t, repo, "rev-parse", "HEAD")
+}
+
+func write(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolResetIsComplete: after a task that leaves ignored and untracked
+// files, a modified index, a stash and a branch, the next task sees exactly
+// the base (tree hash and `git status --porcelain --ignored` empty).
+func TestPoolResetIsComplete(t *testing.T) {
+	ctx := context.Background()
+	p, repo, base := newTestPool(t, 2)
+	baseTree := git(t, repo, "rev-parse", base+"^{tree}")
+	// The operator's own stash entry and branch must survive.
+	write(t, filepath.Join(repo, "README.md"), "operator change\n")
+	git(t, repo, "stash", "push", "-q", "-m", "operator")
+	git(t, repo, "branch", "operator-branch")
+
+	l, err := p.Acquire(ctx, base, "demo/s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Fresh {
+		t.Fatal("first lease should be a new worktree")
+	}
+	wt := l.Dir()
+	write(t, filepath.Join(wt, "untracked.txt"), "u\n")
+	write(t, filepath.Join(wt, "build", "ignored.bin"), "i\n")
+	write(t, filepath.Join(wt, "x.log"), "ignored log\n")
+	write(t, filepath.Join(wt, "main.go"), "package main // changed\n")
+	git(t, wt, "add", "main.go")
+	write(t, filepath.Join(wt, "staged-new.txt"), "n\n")
+	git(t, wt, "add", "staged-new.txt")
+	write(t, filepath.Join(wt, "lib", "util.go"), "stashed change\n")
+	git(t, wt, "stash", "push", "-q", "--", "lib/util.go")
+	git(t, wt, "checkout", "-q", "-b", "worker-branch")
+	git(t, wt, "commit", "-q", "-m", "worker commit")
+	write(t, filepath.Join(wt, "nested", "repo", "f"), "x\n")
+	git(t, filepath.Join(wt, "nested", "repo"), "init", "-q")
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	l2, err := p.Acquire(ctx, base, "demo/s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if l2.Fresh || l2.Dir() != wt {
+		t.Fatalf("the pooled worktree was not reused (fresh %v, %s)", l2.Fresh, l2.Dir())
+	}
+	if got := git(t, wt, "rev-parse", "HEAD^{tree}"); got != baseTree {
+		t.Fatalf("tree %s, want %s", got, baseTree)
+	}
+	if got := git(t, wt, "status", "--porcelain", "--ignored", "--untracked-files=all"); got != "" {
+		t.Fatalf("status not empty:\n%s", got)
+	}
+	if got := git(t, wt, "diff", "--cached", "--name-only", base); got != "" {
+		t.Fatalf("index differs from base: %s", got)
+	}
+	if got := git(t, repo, "stash", "list"); got != "stash@{0}: On main: operator" {
+		t.Fatalf("stash list: %q", got)
+	}
+	if _, err := gitErr(repo, "rev-parse", "--verify", "refs/heads/worker-branch"); err == nil {
+		t.Fatal("the worker's branch survived")
+	}
+	git(t, repo, "rev-parse", "--verify", "refs/heads/operator-branch")
+}
+
+func TestPoolDiscardsBroken(t *testing.T) {
+	ctx := context.Background()
+	p, _, base := newTestPool(t, 2)
+	l, err := p.Acquire(ctx, base, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := l.Meta.Slot
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Break the pooled worktree: its files vanish.
+	if err := os.RemoveAll(l.Dir()); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := p.Acquire(ctx, base, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if l2.Meta.Slot == slot || !l2.Fresh {
+		t.Fatalf("a broken worktree was reused: %s", l2.Meta.Slot)
+	}
+	st, err := p.Status(ctx)
+	if err != nil || len(st) != 1 {
+		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+func TestPoolBoundsAndNearest(t *testing.T) {
+	ctx := context.Background()
+	p, repo, c1 := newTestPool(t, 2)
+	write(t, filepath.Join(repo, "second.txt"), "2\n")
+	git(t, repo, "add", "second.txt")
+	git(t, repo, "commit", "-q", "-m", "second")
+	c2 := git(t, repo, "rev-parse", "HEAD")
+
+	// Three concurrent leases get three distinct worktrees.
+	var wg sync.WaitGroup
+	leases := make([]*Lease, 3)
+	errs := make([]error, 3)
+	for i := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			base := c1
+			if i == 2 {
+				base = c2
+			}
+			leases[i], errs[i] = p.Acquire(ctx, base, "o")
+		}()
+	}
+	wg.Wait()
+	seen := map[string]bool{}
+	for i, l := range leases {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if seen[l.Dir()] {
+			t.Fatal("two leases share a worktree")
+		}
+		seen[l.Dir()] = true
+	}
+	for _, l := range leases {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := p.Status(ctx)
+	if err != nil || len(st) != 2 {
+		t.Fatalf("pool keeps %d (want 2): %v", len(st), err)
+	}
+	// The least recently used (leases[0]) was evicted.
+	if _, err := os.Stat(leases[0].Dir()); err == nil {
+		t.Fatal("the least recently used worktree was kept")
+	}
+	// The nearest pooled worktree is taken: the one at c2.
+	l, err := p.Acquire(ctx, c2, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Dir() != leases[2].Dir() {
+		t.Fatalf("took %s, want the one already at c2 (%s)", l.Dir(), leases[2].Dir())
+	}
+	// Another base: the other pooled worktree moves to it.
+	l2, err := p.Acquire(ctx, c2, "o")
+	if err != nil || l2.Fresh || l2.Dir() != leases[1].Dir() {
+		t.Fatalf("%v fresh=%v %s", err, l2.Fresh, l2.Dir())
+	}
+	if got := git(t, l2.Dir(), "rev-parse", "HEAD"); got != c2 {
+		t.Fatalf("HEAD %s want %s", got, c2)
+	}
+	l.Release(ctx)
+	l2.Release(ctx)
+	removed, err := p.Prune(ctx, true, false)
+	if err != nil || len(removed) != 2 {
+		t.Fatalf("prune: %v %v", removed, err)
+	}
+	if out := git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
+		t.Fatalf("worktrees left:\n%s", out)
+	}
+}
+
+func TestPoolAdoptKeepsOwner(t *testing.T) {
+	ctx := context.Background()
+	p, _, base := newTestPool(t, 2)
+	l, err := p.Acquire(ctx, base, "demo/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(l.Dir(), "work.txt"), "in progress\n")
+	if err := l.Keep(); err != nil {
+		t.Fatal(err)
+	}
+	// Kept worktrees are not handed to others.
+	other, err := p.Acquire(ctx, base, "demo/b")
+	if err != nil || other.Dir() == l.Dir() {
+		t.Fatalf("%v %s", err, other.Dir())
+	}
+	defer other.Release(ctx)
+	if _, err := p.Adopt(ctx, l.Meta.Slot, "demo/b"); err == nil {
+		t.Fatal("adopted another session's worktree")
+	}
+	a, err := p.Adopt(ctx, l.Meta.Slot, "demo/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(a.Dir(), "work.txt")); string(b) != "in progress\n" {
+		t.Fatal("adopted worktree lost its work")
+	}
+	// A held worktree cannot be adopted twice.
+	if _, err := p.Adopt(ctx, l.Meta.Slot, "demo/a"); err == nil {
+		t.Fatal("adopted a worktree held by another lease")
+	}
+	a.Release(ctx)
+}
