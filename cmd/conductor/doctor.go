@@ -1,16 +1,115 @@
 package main
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
+// doctorOptions are the parsed flags of `conductor doctor`.
+type doctorOptions struct {
+	JSON    bool
+	Backend string // the backend runs will use: the exit status says whether it works
+}
+
 func newDoctorCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "doctor",
-		Usage:  "report which sandbox backends work on this machine",
-		Action: func(c *cli.Context) error { return errors.New("doctor: not built yet") },
+		Name:      "doctor",
+		Usage:     "report which sandbox backends work on this machine",
+		ArgsUsage: " ",
+		Description: `Checks, by really running a command in each, which sandbox backends work here:
+bubblewrap installed, user namespaces allowed, the unprivileged user commands run as
+when the conductor is root, network isolation, the limits; none (no isolation, only
+when asked for by name); docker (not built; reports whether an engine answers).
+
+Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap) works,
+1 when it does not: a run demanding it would be refused.
+
+Environment: CONDUCTOR_SANDBOX (backend), CONDUCTOR_SANDBOX_UID (UID[:GID] to run
+commands as when root; default 65534), CONDUCTOR_SANDBOX_MAX_PROCS,
+CONDUCTOR_SANDBOX_RO_PATHS (extra read-only folders, colon-separated),
+CONDUCTOR_BWRAP (path of bwrap).`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
+			&cli.StringFlag{Name: "sandbox", Value: sandbox.BackendAuto, EnvVars: []string{sandbox.EnvBackend},
+				Usage: "the backend runs will use (auto, bwrap, none, docker): exit 0 only if it works"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("doctor takes no arguments (got %q)", c.Args().First())
+			}
+			opts := doctorOptions{JSON: c.Bool("json"), Backend: c.String("sandbox")}
+			if opts.Backend == "" {
+				opts.Backend = sandbox.BackendAuto
+			}
+			switch opts.Backend {
+			case sandbox.BackendAuto, sandbox.BackendBwrap, sandbox.BackendNone, sandbox.BackendDocker:
+			default:
+				return usagef("--sandbox %q: want auto, bwrap, none or docker", opts.Backend)
+			}
+			sbOpts, err := sandbox.OptionsFromEnv(d.Getenv)
+			if err != nil {
+				return err
+			}
+			rep := sandbox.Probe(c.Context, sbOpts)
+			return printDoctor(d.Stdout, rep, opts)
+		},
 	}
+}
+
+// doctorJSON is the --json document.
+type doctorJSON struct {
+	sandbox.Report
+	Selected string `json:"selected"` // the backend asked about (--sandbox)
+	Works    bool   `json:"works"`    // whether it works: the exit status
+}
+
+func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
+	sel, _ := rep.Backend(opts.Backend)
+	if opts.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works}); err != nil {
+			return err
+		}
+	} else {
+		def := rep.Default
+		if def == "" {
+			def = "none works: runs that need a sandbox are refused"
+		}
+		fmt.Fprintf(w, "sandbox backends (auto: %s)\n", def)
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, b := range rep.Backends {
+			state := "works"
+			if !b.Works {
+				state = "unavailable"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", b.Name, state, b.Detail)
+			for _, c := range b.Checks {
+				mark := "ok"
+				if !c.OK {
+					mark = "FAIL"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		verdict := "works"
+		if !sel.Works {
+			verdict = "does NOT work: " + strings.TrimSpace(sel.Detail)
+		}
+		fmt.Fprintf(w, "selected backend %s: %s\n", opts.Backend, verdict)
+	}
+	if !sel.Works {
+		return &silentError{code: exitError}
+	}
+	return nil
 }
