@@ -127,7 +127,7 @@ func TestBwrapArgs(t *testing.T) {
 		name    string
 		spec    Spec
 		want    [][]string // each must appear as a contiguous run, in this order
-		notWant []string // never an argument (or, for paths, never a --tmpfs/--dir target)
+		notWant []string   // never an argument (or, for paths, never a --tmpfs/--dir target)
 	}{
 		{
 			name: "isolation and layout",
