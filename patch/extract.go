@@ -226,47 +226,67 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// checkWorktree verifies that dir is the main worktree of repo or one of
-// its registered linked worktrees and returns its cleaned absolute path. It
-// decides from the repository's own records (never from dir/.git, which the
-// worker controls).
-func checkWorktree(repo Git, dir string) (string, error) {
-	if dir == "" {
-		return "", errors.New("no worktree given")
-	}
-	abs, err := filepath.Abs(dir)
+// WorktreeRepo returns the Git of the worktree dir of repo: the main
+// repository's git dir for its main worktree, or the private git dir of a
+// registered linked worktree, with WorkTree set to dir. It decides from the
+// repository's own records (never from dir/.git, which a worker controls)
+// and fails when dir is not a worktree of repo.
+func WorktreeRepo(repo Git, dir string) (Git, error) {
+	abs, gitDir, err := findWorktree(repo, dir)
 	if err != nil {
-		return "", fmt.Errorf("worktree %s: %w", dir, err)
+		return Git{}, err
+	}
+	g := repo
+	g.GitDir, g.WorkTree = gitDir, abs
+	return g, nil
+}
+
+// checkWorktree verifies that dir is a worktree of repo and returns its
+// absolute path.
+func checkWorktree(repo Git, dir string) (string, error) {
+	abs, _, err := findWorktree(repo, dir)
+	return abs, err
+}
+
+func findWorktree(repo Git, dir string) (abs, gitDir string, err error) {
+	if dir == "" {
+		return "", "", errors.New("no worktree given")
+	}
+	abs, err = filepath.Abs(dir)
+	if err != nil {
+		return "", "", fmt.Errorf("worktree %s: %w", dir, err)
 	}
 	fi, err := os.Stat(abs)
 	if err != nil {
-		return "", fmt.Errorf("worktree %s: not a worktree: %w", dir, errors.Unwrap(err))
+		return "", "", fmt.Errorf("worktree %s: not a worktree: %w", dir, errors.Unwrap(err))
 	}
 	if !fi.IsDir() {
-		return "", fmt.Errorf("worktree %s: not a worktree (not a directory)", dir)
+		return "", "", fmt.Errorf("worktree %s: not a worktree (not a directory)", dir)
 	}
 	if repo.GitDir == "" {
-		return "", fmt.Errorf("worktree %s: no repository given", dir)
+		return "", "", fmt.Errorf("worktree %s: no repository given", dir)
 	}
 	common := repo.CommonDir()
-	var candidates []string
-	if filepath.Base(common) == ".git" {
-		candidates = append(candidates, filepath.Dir(common))
-	}
+	type candidate struct{ dir, gitDir string }
+	var candidates []candidate
 	if b, err := os.ReadFile(filepath.Join(repo.GitDir, "gitdir")); err == nil {
-		candidates = append(candidates, filepath.Dir(strings.TrimSpace(string(b))))
+		candidates = append(candidates, candidate{filepath.Dir(strings.TrimSpace(string(b))), repo.GitDir})
+	}
+	if filepath.Base(common) == ".git" {
+		candidates = append(candidates, candidate{filepath.Dir(common), common})
 	}
 	if entries, err := os.ReadDir(filepath.Join(common, "worktrees")); err == nil {
 		for _, e := range entries {
-			if b, err := os.ReadFile(filepath.Join(common, "worktrees", e.Name(), "gitdir")); err == nil {
-				candidates = append(candidates, filepath.Dir(strings.TrimSpace(string(b))))
+			private := filepath.Join(common, "worktrees", e.Name())
+			if b, err := os.ReadFile(filepath.Join(private, "gitdir")); err == nil {
+				candidates = append(candidates, candidate{filepath.Dir(strings.TrimSpace(string(b))), private})
 			}
 		}
 	}
 	for _, c := range candidates {
-		if cfi, err := os.Stat(c); err == nil && os.SameFile(fi, cfi) {
-			return abs, nil
+		if cfi, err := os.Stat(c.dir); err == nil && os.SameFile(fi, cfi) {
+			return abs, c.gitDir, nil
 		}
 	}
-	return "", fmt.Errorf("worktree %s: not a worktree of repository %s", dir, common)
+	return "", "", fmt.Errorf("worktree %s: not a worktree of repository %s", dir, common)
 }

@@ -66,9 +66,14 @@ func PatchID(r io.Reader, mode Mode) ([]Result, error) {
 // WritePatchIDTo writes `<patch-id> <commit-id>` lines to w as `git patch-id`
 // does, reading patches from r.
 func WritePatchIDTo(w io.Writer, r io.Reader, mode Mode) error {
+	return WritePatchIDsTo(w, r, mode, Options{})
+}
+
+// WritePatchIDsTo is WritePatchIDTo with options.
+func WritePatchIDsTo(w io.Writer, r io.Reader, mode Mode, opt Options) error {
 	bw := bufio.NewWriter(w)
 	line := make([]byte, 0, 82)
-	err := WritePatchIDs(r, mode, func(res Result) error {
+	err := PatchIDs(r, mode, opt, func(res Result) error {
 		line = append(line[:0], res.PatchID...)
 		line = append(line, ' ')
 		line = append(line, res.CommitID...)

@@ -1,16 +1,164 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/patch"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
+// extractOptions are the parsed flags of `conductor extract`.
+type extractOptions struct {
+	Repo     string
+	Worktree string
+	Base     string
+	Output   string
+	JSON     bool
+}
+
 func newExtractCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "extract",
-		Usage:  "print one canonical diff of a worktree against a base, and its patch-id",
-		Action: func(c *cli.Context) error { return errors.New("extract: not built yet") },
+		Name:      "extract",
+		Usage:     "print one canonical diff of a worktree against a base, and its patch-id",
+		UsageText: "conductor extract --repo DIR --worktree DIR --base REV [-o FILE] [--json]",
+		Description: `Writes ONE diff of everything the worktree holds against the base commit:
+modified, added (untracked and not ignored), deleted, binary (full content),
+executable-bit and symlink changes, in conductor's canonical form (full index,
+no renames, no external diff or textconv, 3 lines of context, --binary, a/ b/
+prefixes; see docs/patch.md). The diff goes to stdout, or atomically to FILE
+with -o; the binding patch-id (git patch-id --verbatim) goes to stderr.
+--json prints {"patchId", "files", "tree", "baseTree", "bytes", "diff"} instead
+("diffBase64" when the diff is not UTF-8; no diff with -o).
+
+The worktree must be the main worktree of --repo or one of its linked
+worktrees. It is read through a temporary index in a neutral git dir: the
+worker's index, hooks, config, attributes and .git are never used, and nothing
+in them can run. On error nothing is written.`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "repo", Usage: "the repository (its folder or git dir)", Required: true},
+			&cli.StringFlag{Name: "worktree", Usage: "the worktree to extract", Required: true},
+			&cli.StringFlag{Name: "base", Usage: "the commit the diff is taken against", Required: true},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write the diff to `FILE` (atomically) instead of stdout"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object with the patch-id, files, tree, size and diff"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("extract: unexpected argument %q", c.Args().First())
+			}
+			return runExtract(c.Context, d, extractOptions{
+				Repo:     c.String("repo"),
+				Worktree: c.String("worktree"),
+				Base:     c.String("base"),
+				Output:   c.String("output"),
+				JSON:     c.Bool("json"),
+			})
+		},
 	}
+}
+
+// extractJSON is the --json output.
+type extractJSON struct {
+	patch.Extracted
+	Base       string  `json:"base"`
+	Output     string  `json:"output,omitempty"`
+	Diff       *string `json:"diff,omitempty"`
+	DiffBase64 *string `json:"diffBase64,omitempty"`
+}
+
+func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
+	repo, err := patch.OpenRepo(opts.Repo)
+	if err != nil {
+		return fmt.Errorf("extract: --repo: %w", err)
+	}
+	wt, err := patch.WorktreeRepo(repo, opts.Worktree)
+	if err != nil {
+		return fmt.Errorf("extract: %w", err)
+	}
+	// The diff is spooled to a temporary file (next to -o FILE, so the
+	// final rename is atomic) and only published when everything worked.
+	dir := os.TempDir()
+	if opts.Output != "" {
+		dir = filepath.Dir(opts.Output)
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("extract: -o %s: folder %s does not exist", opts.Output, dir)
+		}
+	}
+	tmp, err := os.CreateTemp(dir, ".conductor-extract-*.diff")
+	if err != nil {
+		return fmt.Errorf("extract: %w", err)
+	}
+	published := false
+	defer func() {
+		tmp.Close()
+		if !published {
+			os.Remove(tmp.Name())
+		}
+	}()
+	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: wt, WorkTree: wt.WorkTree, Base: opts.Base, Out: tmp})
+	if err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("extract: %w", err)
+	}
+	if opts.Output != "" {
+		if err := tmp.Close(); err != nil {
+			return fmt.Errorf("extract: %w", err)
+		}
+		if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+			return fmt.Errorf("extract: %w", err)
+		}
+		if err := os.Rename(tmp.Name(), opts.Output); err != nil {
+			return fmt.Errorf("extract: -o %s: %w", opts.Output, err)
+		}
+		published = true
+		if df, err := os.Open(dir); err == nil {
+			df.Sync()
+			df.Close()
+		}
+	}
+	if opts.JSON {
+		out := extractJSON{Extracted: ex, Base: opts.Base, Output: opts.Output}
+		if out.Files == nil {
+			out.Files = []string{}
+		}
+		if opts.Output == "" {
+			b, err := os.ReadFile(tmp.Name())
+			if err != nil {
+				return fmt.Errorf("extract: %w", err)
+			}
+			if utf8.Valid(b) {
+				s := string(b)
+				out.Diff = &s
+			} else {
+				s := base64.StdEncoding.EncodeToString(b)
+				out.DiffBase64 = &s
+			}
+		}
+		enc := json.NewEncoder(d.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if opts.Output == "" {
+		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+			return fmt.Errorf("extract: %w", err)
+		}
+		if _, err := io.Copy(d.Stdout, tmp); err != nil {
+			return fmt.Errorf("extract: write diff: %w", err)
+		}
+	}
+	if ex.PatchID == "" {
+		fmt.Fprintf(d.Stderr, "extract: no changes against %s\n", opts.Base)
+		return nil
+	}
+	fmt.Fprintln(d.Stderr, ex.PatchID)
+	return nil
 }
