@@ -293,6 +293,11 @@ func TestOpenDraftPRErrors(t *testing.T) {
 			maxCalls: 4,
 		},
 		{
+			name: "remote name is an option",
+			edit: func(f *fixture, o *forge.DraftOptions) { o.Settings.Remote = "--receive-pack=touch /tmp/x" },
+			want: []string{"not a remote name"},
+		},
+		{
 			name: "bad URL",
 			edit: func(f *fixture, o *forge.DraftOptions) { o.Settings.URL = "gitea.example" },
 			want: []string{"want http(s)://"},
@@ -713,5 +718,23 @@ func TestWorkerDoesNotImportForge(t *testing.T) {
 		if strings.HasPrefix(p, "github.com/conductor-dev/conductor/conductor/forge") || p == "code.gitea.io/sdk/gitea" {
 			t.Fatalf("runtask depends on %s", p)
 		}
+	}
+}
+
+// The repository's remote.<name>.receivepack never runs: a file push always
+// uses git-receive-pack.
+func TestPushIgnoresReceivePackConfig(t *testing.T) {
+	f := newFixture(t, fakegitea.Options{})
+	marker := filepath.Join(t.TempDir(), "ran")
+	git(t, f.work, "config", "remote.origin.receivepack", "touch "+marker+"; git-receive-pack")
+	p := forge.Pusher{Git: f.local, Remote: "origin"}
+	if _, err := p.Push(context.Background(), "work/t-1", forge.PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("remote.origin.receivepack ran")
+	}
+	if got := f.remoteHas(t, "work/t-1"); got != f.tip {
+		t.Fatalf("remote work/t-1 = %q", got)
 	}
 }

@@ -32,6 +32,9 @@ func basicCredential(token string) string {
 // RemoteURL returns the push URL of the remote.
 func (p Pusher) RemoteURL(ctx context.Context) (string, error) {
 	remote := p.remote()
+	if !validRemoteName(remote) {
+		return "", fmt.Errorf("remote %q: not a remote name", remote)
+	}
 	u, err := p.Git.Line(ctx, "remote", "get-url", "--push", remote)
 	if err != nil {
 		return "", fmt.Errorf("remote %q: not configured in %s", remote, p.Git.GitDir)
@@ -91,7 +94,9 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 	}
 	g := p.Git.WithEnv(p.credentialEnv(pushURL)...)
 	red := newRedactor(p.Token)
-	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", p.remote(), spec)
+	// --receive-pack pins the program a local (file) push runs: the
+	// repository's remote.<name>.receivepack is never obeyed.
+	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", "--receive-pack=git-receive-pack", p.remote(), spec)
 	if err != nil {
 		var ge *patch.GitError
 		msg := err.Error()
@@ -148,4 +153,10 @@ func lastLine(msg string) string {
 		return msg[i+1:]
 	}
 	return msg
+}
+
+// validRemoteName accepts the names git remotes are given (no leading '-', no
+// path or URL).
+func validRemoteName(s string) bool {
+	return s != "" && !strings.HasPrefix(s, "-") && !strings.ContainsAny(s, " \t\n:/\\") && s != "." && s != ".."
 }

@@ -138,6 +138,9 @@ func (s Settings) Validate() error {
 	if !envNameRE.MatchString(s.TokenEnv) {
 		return fmt.Errorf("token variable name %q: not an environment variable name", s.TokenEnv)
 	}
+	if s.Remote != "" && !validRemoteName(s.Remote) {
+		return fmt.Errorf("remote %q: not a remote name", s.Remote)
+	}
 	if s.Owner != "" && !validName(s.Owner) {
 		return fmt.Errorf("owner %q: not a forge name", s.Owner)
 	}
