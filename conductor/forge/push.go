@@ -96,7 +96,7 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 	red := newRedactor(p.Token)
 	// --receive-pack pins the program a local (file) push runs: the
 	// repository's remote.<name>.receivepack is never obeyed.
-	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", "--receive-pack=git-receive-pack", p.remote(), spec)
+	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", "--no-follow-tags", "--recurse-submodules=no", "--receive-pack=git-receive-pack", p.remote(), spec)
 	if err != nil {
 		var ge *patch.GitError
 		msg := err.Error()
