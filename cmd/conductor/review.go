@@ -2,15 +2,252 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/review"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/roles"
+	"github.com/conductor-dev/conductor/runtask"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
 func newReviewCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "review",
-		Usage:  "review a run: policy checks, gate, verdict",
-		Action: func(c *cli.Context) error { return errors.New("review: not built yet") },
+		Name:      "review",
+		Usage:     "review a run: commit its diff to work/<task>, run the policy checks and the gate, record a verdict",
+		ArgsUsage: "RUN",
+		UsageText: "conductor review RUN [--approve [--raise TARGET] | --request-changes TEXT [--redispatch]] [--json]\n" +
+			"conductor review --task TASK-ID ...   (the task's newest run)",
+		Description: "RUN is a run id (a folder under <data root>/runs) or the path of a run folder.\n" +
+			"The run's diff is committed by the conductor onto refs/heads/work/<task-id> through a temporary\n" +
+			"index (no worktree is touched): its tree is the run's base plus the diff, its parent the branch tip\n" +
+			"when the branch descends from the base (refinement rounds stack), else the base. Trailers: Run-Id,\n" +
+			"Task-Id, Patch-Id, Model. Then the checks of roles/conductor-policy.json run: landing paths\n" +
+			"(forbidden paths, new root files, new top-level folders, symlinks), size limits, per-file syntax\n" +
+			"checks, and the gate commands on a scratch export of the commit (no .git, no credentials).\n\n" +
+			"Without --approve or --request-changes only the report is printed and nothing is recorded: exit 0\n" +
+			"when clean, 3 when a check or the gate failed. --approve records an approval bound to (work ref,\n" +
+			"commit, patch-id) and moves the work branch; when any check fails it is refused (exit 3) and NOTHING\n" +
+			"is recorded. --request-changes TEXT records a request for changes with TEXT and every finding;\n" +
+			"--redispatch then continues the run's session with those findings (a new run; review it again).",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "approve", Usage: "record an approval (refused unless every check and the gate pass)"},
+			&cli.StringFlag{Name: "request-changes", Usage: "record a request for changes with this `TEXT` (plus every finding)"},
+			&cli.BoolFlag{Name: "redispatch", Usage: "with --request-changes: continue the run's session with the findings"},
+			&cli.StringFlag{Name: "raise", Usage: "with --approve: raise a git.merge.protected decision to land on `TARGET`; its id is printed"},
+			&cli.StringFlag{Name: "task", Usage: "review the newest run of `TASK-ID` (from the bus store) instead of RUN"},
+			&cli.StringFlag{Name: "reviewer", Usage: "who reviews (recorded with the verdict)", EnvVars: []string{"CONDUCTOR_REVIEWER"}},
+			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
+			// For --redispatch (as run-task run).
+			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "with --redispatch: sandbox backend bwrap, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
+			&cli.BoolFlag{Name: "keep-worktree", Usage: "with --redispatch: keep the worktree after the run"},
+			&cli.BoolFlag{Name: "progress", Usage: "with --redispatch: print a progress line per step on stderr"},
+		},
+		Action: func(c *cli.Context) error {
+			switch {
+			case c.String("task") != "" && c.NArg() != 0:
+				return usagef("review takes RUN or --task TASK-ID, not both")
+			case c.String("task") == "" && c.NArg() != 1:
+				return usagef("review takes one RUN, got %d arguments", c.NArg())
+			case c.Bool("approve") && c.IsSet("request-changes"):
+				return usagef("--approve and --request-changes exclude each other")
+			case c.IsSet("request-changes") && strings.TrimSpace(c.String("request-changes")) == "":
+				return usagef("--request-changes needs a TEXT saying what to change")
+			case c.Bool("redispatch") && !c.IsSet("request-changes"):
+				return usagef("--redispatch needs --request-changes TEXT")
+			case c.String("raise") != "" && !c.Bool("approve"):
+				return usagef("--raise TARGET needs --approve")
+			}
+			return reviewAction(c, d)
+		},
 	}
+}
+
+func reviewAction(c *cli.Context, d *deps) error {
+	ctx := c.Context
+	cfg := d.config(c)
+	recording := c.Bool("approve") || c.IsSet("request-changes")
+
+	var store bus.Store
+	openStore := func() (bus.Store, error) {
+		if store != nil {
+			return store, nil
+		}
+		s, err := d.openStore(c)
+		if err != nil {
+			return nil, fmt.Errorf("review: bus store: %w", err)
+		}
+		store = s
+		return s, nil
+	}
+	var dir runrec.Dir
+	if task := c.String("task"); task != "" {
+		s, err := openStore()
+		if err != nil {
+			return err
+		}
+		runs, err := s.ListRuns(ctx, bus.RunFilter{TaskID: task, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("review: runs of task %s: %w", task, err)
+		}
+		if len(runs) == 0 {
+			return fmt.Errorf("review: task %s has no run in the bus store", task)
+		}
+		dir = runrec.Dir(cfg.RunDir(runs[0].ID))
+	} else {
+		var err error
+		if dir, err = reviewRunDir(cfg.RunDir, c.Args().First()); err != nil {
+			return err
+		}
+	}
+	if recording {
+		if _, err := openStore(); err != nil {
+			return err
+		}
+	}
+	res, err := dir.ReadResult()
+	if err != nil {
+		return fmt.Errorf("review: %w", err)
+	}
+
+	rolesDir, err := reviewRolesDir(c.String("roles"), res.Repo)
+	if err != nil {
+		return err
+	}
+	pol, err := policy.Load(roles.FS, rolesDir)
+	if err != nil {
+		return fmt.Errorf("review: %w", err)
+	}
+	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
+	rep, err := review.Run(ctx, review.Options{
+		Store:          store,
+		Policy:         pol,
+		RunDir:         dir,
+		Approve:        c.Bool("approve"),
+		RequestChanges: c.String("request-changes"),
+		Reviewer:       reviewer,
+		Raise:          c.String("raise"),
+		ScratchDir:     filepath.Join(cfg.DataRoot, "scratch"),
+		Getenv:         d.Getenv,
+		Now:            d.Now,
+		Out:            d.Stdout,
+		JSON:           c.Bool("json"),
+	})
+	if err != nil {
+		return err
+	}
+	if rep.Decision != nil && !c.Bool("json") {
+		fmt.Fprintln(d.Stdout, rep.Decision.ID) // last line: for scripts (the JSON report holds it too)
+	}
+	if c.Bool("redispatch") {
+		return reviewRedispatch(c, d, dir, res, rep.FollowUp(c.String("request-changes")))
+	}
+	return nil
+}
+
+// reviewRunDir resolves RUN: the path of a run folder, or a run id under the
+// data root's runs/.
+func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
+	if strings.ContainsRune(arg, filepath.Separator) || arg == "." {
+		if !isDir(arg) {
+			return "", fmt.Errorf("review: run folder %s does not exist", arg)
+		}
+		abs, err := filepath.Abs(arg)
+		if err != nil {
+			return "", err
+		}
+		return runrec.Dir(abs), nil
+	}
+	if err := runtask.ValidRunID(arg); err != nil {
+		return "", usagef("review: %v", err)
+	}
+	p := runDir(arg)
+	if !isDir(p) {
+		return "", fmt.Errorf("review: no run %s (no folder %s)", arg, p)
+	}
+	return runrec.Dir(p), nil
+}
+
+// reviewRolesDir is --roles (DIR/roles or DIR), else the repository's
+// roles/ folder when the run's repository has a work tree holding one.
+func reviewRolesDir(flag, repoGitDir string) (string, error) {
+	if flag != "" {
+		return resolveRolesDir(flag)
+	}
+	if filepath.Base(repoGitDir) == ".git" {
+		if sub := filepath.Join(filepath.Dir(repoGitDir), "roles"); isDir(sub) {
+			return sub, nil
+		}
+	}
+	return "", nil
+}
+
+// reviewRedispatch continues the run's session with the findings: a new run
+// of the same task (runtask.Run with FollowUp).
+func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Result, followUp string) error {
+	opts, err := runTaskOptions(c, d)
+	if err != nil {
+		return err
+	}
+	opts.JSON, opts.Events = false, nil
+	if c.Bool("progress") {
+		opts.Events = d.Stderr
+	}
+	taskPath := dir.Path(runrec.TaskFile)
+	task, err := runtask.LoadTask(taskPath)
+	if err != nil {
+		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
+	}
+	opts.Task, opts.TaskPath, opts.FollowUp = task, taskPath, followUp
+	if opts.Repo == "" {
+		opts.Repo = prev.Repo
+		if filepath.Base(prev.Repo) == ".git" {
+			opts.Repo = filepath.Dir(prev.Repo)
+		}
+	}
+	if opts.ModelAlias == "" {
+		opts.ModelAlias = prev.ModelAlias
+	}
+	role, err := loadRunRole(c, opts, task)
+	if err != nil {
+		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
+	}
+	opts.Role = role
+	backend := firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto)
+	sb, err := sandbox.New(backend)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrUnavailable) {
+			return policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run commands without isolation (not recommended)",
+				"the %s sandbox cannot run here: %v", backend, err)
+		}
+		return err
+	}
+	opts.Sandbox = sb
+	if s, err := d.openStore(c); err == nil {
+		opts.Store = s
+	}
+	res, err := runtask.Run(c.Context, opts)
+	if err != nil {
+		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
+	}
+	w := d.Stdout
+	if c.Bool("json") {
+		w = d.Stderr // stdout holds the report's JSON object only
+	}
+	fmt.Fprintf(w, "redispatched session %s: run %s %s (%d steps, patch-id %s)\n", res.Session, res.RunID, res.Status, res.Steps, firstOf(res.PatchID, "-"))
+	if res.Status != runrec.StatusSucceeded {
+		if res.Error != "" {
+			fmt.Fprintf(d.Stderr, "conductor: run %s ended %s: %s\n", res.RunID, res.Status, res.Error)
+		}
+		return &silentError{code: exitError}
+	}
+	return nil
 }
