@@ -445,10 +445,10 @@ func TestOpenPostgresBadInput(t *testing.T) {
 	for _, tc := range []struct {
 		name, url, want string
 	}{
-		{"nothing listening", "postgres://bob:s3cretpw@127.0.0.1:1/bus?sslmode=disable", "cannot reach PostgreSQL"},
-		{"no such socket", "postgres://bob:s3cretpw@/bus?host=/nonexistent/dir", "cannot reach PostgreSQL"},
+		{"nothing listening", "postgres://bob:s3cretpw@127.0.0.1:1/bus?sslmode=disable", "cannot connect to PostgreSQL"},
+		{"no such socket", "postgres://bob:s3cretpw@/bus?host=/nonexistent/dir", "cannot connect to PostgreSQL"},
 		{"bad port", "postgres://bob:s3cretpw@localhost:notaport/bus", "database URL"},
-		{"key value", "host=127.0.0.1 port=1 user=bob password=s3cretpw dbname=bus sslmode=disable", "cannot reach PostgreSQL"},
+		{"key value", "host=127.0.0.1 port=1 user=bob password=s3cretpw dbname=bus sslmode=disable", "cannot connect to PostgreSQL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

@@ -3,6 +3,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,24 +45,18 @@ var (
 // skipped, unless CI=true.
 func Postgres(t testing.TB) string {
 	t.Helper()
-	pgOnce.Do(func() { pg.start() })
-	if pg.skip != "" {
-		unavailable(t, pg.skip)
+	if err := PostgresAvailable(); err != nil {
+		var u *unavailableError
+		if errors.As(err, &u) {
+			unavailable(t, u.what)
+		}
+		t.Fatalf("testenv: PostgreSQL: %v", err)
 	}
-	if pg.err != nil {
-		t.Fatalf("testenv: PostgreSQL: %v", pg.err)
-	}
-	name := fmt.Sprintf("t%d_%d", os.Getpid(), pgSeq.Add(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin, err := pgx.Connect(ctx, pg.url("postgres"))
+	url, err := NewPostgresDatabase()
 	if err != nil {
-		t.Fatalf("testenv: connect to PostgreSQL: %v", err)
+		t.Fatal(err)
 	}
-	defer admin.Close(context.Background())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("testenv: create database %s: %v", name, err)
-	}
+	name := dbName(url)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -69,7 +65,51 @@ func Postgres(t testing.TB) string {
 			c.Close(ctx)
 		}
 	})
-	return pg.url(name)
+	return url
+}
+
+// unavailableError says which binary is missing.
+type unavailableError struct{ what string }
+
+func (e *unavailableError) Error() string { return e.what + " not found" }
+
+// PostgresAvailable starts the server on first use and reports why it
+// cannot run (an error wrapping the missing binary's name), or nil. For
+// harnesses with no testing.TB at hand (testscript setups).
+func PostgresAvailable() error {
+	pgOnce.Do(func() { pg.start() })
+	if pg.skip != "" {
+		return &unavailableError{what: pg.skip}
+	}
+	return pg.err
+}
+
+// NewPostgresDatabase creates a new, empty database on the running server
+// (see PostgresAvailable) and returns its URL. It is dropped with the server.
+func NewPostgresDatabase() (string, error) {
+	if err := PostgresAvailable(); err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("t%d_%d", os.Getpid(), pgSeq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, pg.url("postgres"))
+	if err != nil {
+		return "", fmt.Errorf("testenv: connect to PostgreSQL: %w", err)
+	}
+	defer admin.Close(context.Background())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", fmt.Errorf("testenv: create database %s: %w", name, err)
+	}
+	return pg.url(name), nil
+}
+
+func dbName(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(p.Path, "/")
 }
 
 // PostgresSocketDir returns the socket folder of the running server (after
