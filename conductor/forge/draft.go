@@ -65,6 +65,7 @@ type DraftForge interface {
 	FullName() string
 	Repository(ctx context.Context) (Repository, error)
 	BranchExists(ctx context.Context, branch string) (bool, error)
+	IssueExists(ctx context.Context, n int64) (bool, error)
 }
 
 // DraftResult is what OpenDraftPR did.
@@ -168,6 +169,16 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	}
 	if !ok {
 		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
+	}
+
+	if o.Issue > 0 {
+		ok, err := f.IssueExists(ctx, o.Issue)
+		if err != nil {
+			return res, fmt.Errorf("pr open: %w", err)
+		}
+		if !ok {
+			return res, fmt.Errorf("pr open: %w", notFoundf("issue #%d does not exist in the forge repository %s (nothing pushed)", o.Issue, res.Repo))
+		}
 	}
 
 	push, err := f.Push(ctx, branch, PushOptions{Force: o.Force})

@@ -124,6 +124,18 @@ func TestOpenDraftPR(t *testing.T) {
 	f := newFixture(t, fakegitea.Options{})
 	ctx := context.Background()
 	o := f.opts(token)
+	o.Issue = 99
+	if _, err := forge.OpenDraftPR(ctx, o); err == nil || !strings.Contains(err.Error(), "issue #99 does not exist in the forge repository acme/widget (nothing pushed)") {
+		t.Fatalf("missing issue: %v", err)
+	}
+	if got := f.remoteHas(t, "work/t-1"); got != "" {
+		t.Fatal("pushed despite a missing issue")
+	}
+	for i := 0; i < 7; i++ {
+		if _, err := f.fake.AddIssue("acme", "widget", fmt.Sprintf("issue %d", i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	o.Issue = 7
 	res, err := forge.OpenDraftPR(ctx, o)
 	if err != nil {
@@ -133,10 +145,10 @@ func TestOpenDraftPR(t *testing.T) {
 		t.Fatalf("forge branch work/t-1 = %q, want %s", got, f.tip)
 	}
 	pr := res.PR
-	if pr.Number != 1 || !pr.Draft || pr.Existing || pr.Head != "work/t-1" || pr.Base != "main" || pr.Title != "WIP: Add Answer" {
+	if pr.Number != 8 || !pr.Draft || pr.Existing || pr.Head != "work/t-1" || pr.Base != "main" || pr.Title != "WIP: Add Answer" {
 		t.Fatalf("pr = %+v", pr)
 	}
-	if !strings.HasSuffix(pr.URL, "/acme/widget/pulls/1") {
+	if !strings.HasSuffix(pr.URL, "/acme/widget/pulls/8") {
 		t.Fatalf("url = %s", pr.URL)
 	}
 	if len(res.Warnings) != 0 {
@@ -161,7 +173,7 @@ func TestOpenDraftPR(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res2.PR.Number != 1 || !res2.PR.Existing || !res2.Push.UpToDate {
+	if res2.PR.Number != 8 || !res2.PR.Existing || !res2.Push.UpToDate {
 		t.Fatalf("second open = %+v", res2)
 	}
 	if n := len(f.fake.Pulls("acme", "widget")); n != 1 {

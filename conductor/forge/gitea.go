@@ -164,6 +164,19 @@ func (g *Gitea) BranchExists(ctx context.Context, branch string) (bool, error) {
 	return true, nil
 }
 
+// IssueExists reports whether the forge repository has issue (or pull
+// request) number n.
+func (g *Gitea) IssueExists(ctx context.Context, n int64) (bool, error) {
+	_, resp, err := g.client.GetIssue(g.owner, g.repo, n)
+	if err != nil {
+		if resp != nil && resp.StatusCode == 404 {
+			return false, nil
+		}
+		return false, g.apiErr(fmt.Sprintf("get issue #%d of %s", n, g.FullName()), resp, err)
+	}
+	return true, nil
+}
+
 // Push implements Forge.
 func (g *Gitea) Push(ctx context.Context, branch string, opts PushOptions) (PushResult, error) {
 	return g.pusher.Push(ctx, branch, opts)
