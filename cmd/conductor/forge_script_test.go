@@ -11,6 +11,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge/fakegitea"
+	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
 // TestScriptForge runs testdata/script/forge: pr open, push and the fake
@@ -19,6 +20,7 @@ func TestScriptForge(t *testing.T) {
 	testscript.Run(t, scriptParams("forge", map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"fakegitea":    fakegitea.ScriptCmd,
 		"forgeverdict": forgeVerdictCmd,
+		"fakellm":      fakellm.ScriptCmd,
 	}))
 }
 
