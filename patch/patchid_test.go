@@ -329,3 +329,71 @@ func TestPatchIDStrict(t *testing.T) {
 		})
 	}
 }
+
+// TestPatchIDMutatedInputsMatchGit feeds git and PatchID thousands of
+// line-level mutations of real patches (dropped, duplicated and swapped
+// lines, stray markers, commit lines, cut lines, CR, NUL) in large batches.
+func TestPatchIDMutatedInputsMatchGit(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	var seeds [][]byte
+	for _, b := range samplePatches(t) {
+		seeds = append(seeds, b)
+	}
+	g := newGen(4242)
+	extras := []string{"\\ No newline at end of file\n", "\\ x\n", "@@ -1 +1 @@\n", "@@ -1,2 +1 @@\n", "@@ -0,0 +1,3 @@ fn\n",
+		"index 1234567..89abcde 100644\n", "index 1234567..89abcde\n", "index 12\n", "Binary files a/x and b/x differ\n", "GIT binary patch\n",
+		"commit 0123456789abcdef0123456789abcdef01234567\n", "From fedcba9876543210fedcba9876543210fedcba98 Mon Sep 17 00:00:00 2001\n",
+		"diff --git a/q b/q\n", "--- a/q\n", "+++ b/q\n", "old mode 100644\n", "new mode 100755\n", "\n", " \n", "+\n", "-\n", "\t\n", "x\r\n", "+a\x00b\n", "-- \n", "diff \n"}
+	for batch := 0; batch < 8; batch++ {
+		var stream bytes.Buffer
+		var parts [][]byte
+		for i := 0; i < 250; i++ {
+			lines := bytes.SplitAfter(seeds[g.rng.Intn(len(seeds))], []byte("\n"))
+			for k := 0; k < 1+g.rng.Intn(4); k++ {
+				at := g.rng.Intn(len(lines))
+				switch g.rng.Intn(7) {
+				case 0:
+					lines = append(lines[:at], lines[at+1:]...)
+				case 1:
+					lines = append(lines[:at], append([][]byte{lines[at]}, lines[at:]...)...)
+				case 2:
+					j := g.rng.Intn(len(lines))
+					lines[at], lines[j] = lines[j], lines[at]
+				case 3, 4:
+					lines = append(lines[:at], append([][]byte{[]byte(extras[g.rng.Intn(len(extras))])}, lines[at:]...)...)
+				case 5:
+					if l := lines[at]; len(l) > 1 {
+						lines[at] = l[:g.rng.Intn(len(l))]
+					}
+				case 6:
+					lines = lines[:at+1]
+				}
+				if len(lines) == 0 {
+					lines = [][]byte{[]byte("diff --git a/e b/e\n")}
+				}
+			}
+			p := bytes.Join(lines, nil)
+			parts = append(parts, p)
+			stream.Write(p)
+			if len(p) > 0 && p[len(p)-1] != '\n' {
+				stream.WriteByte('\n')
+			}
+		}
+		for _, m := range allModes {
+			want := gitPatchIDs(t, stream.Bytes(), m)
+			got := ourPatchIDs(t, stream.Bytes(), m)
+			if bytes.Equal(got, want) {
+				continue
+			}
+			// Find a single culprit for the report.
+			for _, p := range parts {
+				if w, g := gitPatchIDs(t, p, m), ourPatchIDs(t, p, m); !bytes.Equal(w, g) {
+					t.Fatalf("batch %d mode %s: input\n%q\ngot\n%s\ngit says\n%s", batch, m, p, g, w)
+				}
+			}
+			t.Fatalf("batch %d mode %s: streams differ but no single part does", batch, m)
+		}
+	}
+}
