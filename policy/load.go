@@ -326,6 +326,10 @@ func syntaxMessage(data []byte, err error) string {
 	if errors.Is(err, io.EOF) {
 		return "empty file: want a JSON object"
 	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		line, col := lineCol(data, int64(len(data)))
+		return fmt.Sprintf("line %d, column %d: invalid JSON: unexpected end of file (an object or array is not closed)", line, col)
+	}
 	return "invalid JSON: " + err.Error()
 }
 
