@@ -3,6 +3,7 @@ package runtask
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -192,6 +193,7 @@ func (c *httpClient) wrapError(ctx context.Context, err error) error {
 	var apiErr *openai.APIError
 	var reqErr *openai.RequestError
 	var nj *notJSONError
+	var ans *answerError
 	var ae *attemptsError
 	if errors.As(err, &ae) {
 		me.Attempts = ae.attempts
@@ -201,6 +203,9 @@ func (c *httpClient) wrapError(ctx context.Context, err error) error {
 	case errors.As(err, &nj):
 		me.Status = nj.status
 		me.Msg = nj.Error()
+	case errors.As(err, &ans):
+		me.Status = ans.status
+		me.Msg = ans.Error()
 	case errors.As(err, &apiErr):
 		me.Status = apiErr.HTTPStatusCode
 		me.Msg = apiErr.Message
@@ -315,9 +320,12 @@ func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
+	if !json.Valid(raw) {
+		return nil, &notJSONError{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), snippet: snippet(raw, 200)}
+	}
 	out, rinfo, err := normalizeChatResponse(raw, info)
 	if err != nil {
-		return nil, &notJSONError{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), snippet: snippet(raw, 200)}
+		return nil, &answerError{status: resp.StatusCode, msg: err.Error()}
 	}
 	h := resp.Header.Clone()
 	h.Del("Content-Length")
@@ -334,6 +342,14 @@ func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	nr.ContentLength = int64(len(out))
 	return &nr, nil
 }
+
+// answerError is a 2xx JSON answer that is not a usable chat completion.
+type answerError struct {
+	status int
+	msg    string
+}
+
+func (e *answerError) Error() string { return e.msg }
 
 // attemptsError carries how many attempts a failed request made.
 type attemptsError struct {

@@ -592,3 +592,18 @@ func TestLimiterAcquireHonoursContext(t *testing.T) {
 		}
 	}
 }
+
+func TestErrorObjectWithStatus200(t *testing.T) {
+	// fakellm sends errors with error statuses only; a proxy that answers
+	// 200 with an error object is served by hand, in memory.
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"error":{"message":"model 'qwen' not found, try pulling it first"}}`))
+	})
+	c := newTestClient(t, testSpec(t, "http://proxy.test/v1"), nil, WithTransport(handlerTransport{h}))
+	_, err := c.Complete(context.Background(), baseRequest())
+	var me *ModelError
+	if !errors.As(err, &me) || me.Status != 200 || !strings.Contains(err.Error(), "the server answered an error: model 'qwen' not found") {
+		t.Fatalf("err %v", err)
+	}
+}

@@ -159,6 +159,24 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 			return nil, info, fmt.Errorf("choices: %w", err)
 		}
 	}
+	if len(choices) == 0 {
+		// Some proxies answer an error object with HTTP 200.
+		var e struct {
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 && !isJSONNull(e.Error) {
+			var obj struct {
+				Message string `json:"message"`
+			}
+			msg := snippet(e.Error, 300)
+			if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
+				msg = obj.Message
+			} else if s := ""; json.Unmarshal(e.Error, &s) == nil && s != "" {
+				msg = s
+			}
+			return nil, info, fmt.Errorf("the server answered an error: %s", msg)
+		}
+	}
 	used := map[string]bool{}
 	for id := range req.priorIDs {
 		used[id] = true

@@ -47,7 +47,8 @@ func DecodeStrict(data []byte, v any, root string) error {
 func describeSyntax(data []byte, err error) error {
 	var syn *json.SyntaxError
 	if errors.As(err, &syn) {
-		line, col := lineCol(data, syn.Offset)
+		// Offset counts the offending byte; point at it.
+		line, col := lineCol(data, max(syn.Offset-1, 0))
 		return fmt.Errorf("line %d, column %d: %v", line, col, strings.TrimPrefix(syn.Error(), "json: "))
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
