@@ -2,15 +2,108 @@ package main
 
 import (
 	"errors"
+	"os"
+	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/land"
+	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/roles"
 )
 
-// PLACEHOLDER: replaced by the owning issue's implementation.
 func newLandCmd(d *deps) *cli.Command {
 	return &cli.Command{
-		Name:   "land",
-		Usage:  "land a resolved merge decision as one gated local commit",
-		Action: func(c *cli.Context) error { return errors.New("land: not built yet") },
+		Name:      "land",
+		Usage:     "land a resolved merge decision as one gated local commit",
+		ArgsUsage: "DECISION",
+		UsageText: "conductor land DECISION [--dry-run] [--json] [--roles DIR] [--worktree]",
+		Description: "Reads the decision, its raise and the latest verdict from the bus store and checks, each\n" +
+			"refusing with a named code (exit 3, nothing changed; see docs/refusals.md): the decision is\n" +
+			"resolved with the merge option, the latest verdict approves exactly the raised commit, the work\n" +
+			"ref is still at it, the diff from the merge base obeys the landing policy (roles/conductor-policy.json),\n" +
+			"the squash onto the target tip applies cleanly and has the reviewed patch-id, and the gate passes on\n" +
+			"exactly the tree being committed. Then it commits once (trailers Decision-Id, Reviewed-Commit,\n" +
+			"Patch-Id, Run-Id, Model; a JSON receipt note on refs/notes/conductor) and moves the target by\n" +
+			"compare-and-swap, retrying once from a moved tip. No checkout is made unless a gate command needs\n" +
+			"files (then a scratch worktree under the data root, removed afterwards). A worktree that has the\n" +
+			"target checked out is moved along (refused when it has local changes). Landing a landed decision\n" +
+			"again says so and exits 0. Nothing is pushed.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
+			&cli.BoolFlag{Name: "worktree", Usage: "squash-check and gate in a scratch worktree even when no gate command needs files"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usagef("land takes one DECISION, got %d arguments", c.NArg())
+			}
+			return landAction(c, d)
+		},
+	}
+}
+
+func landAction(c *cli.Context, d *deps) error {
+	ctx := c.Context
+	cfg := d.config(c)
+	store, err := d.openStore(c)
+	if err != nil {
+		return err
+	}
+	id := c.Args().First()
+	// The policy comes from the decision's repository (or --roles).
+	repo := ""
+	if dec, err := store.GetDecision(ctx, id); err == nil {
+		repo = dec.Repo
+	} else if !errors.Is(err, bus.ErrNotFound) {
+		return err
+	}
+	rolesDir, err := reviewRolesDir(c.String("roles"), repo)
+	if err != nil {
+		return err
+	}
+	pol, err := policy.Load(roles.FS, rolesDir)
+	if err != nil {
+		return err
+	}
+	_, err = land.Run(ctx, land.Options{
+		Store:      store,
+		Rules:      pol.Landing(),
+		DecisionID: id,
+		DryRun:     c.Bool("dry-run"),
+		DataRoot:   cfg.DataRoot,
+		Committer: land.Identity{
+			Name:  firstOf(d.Getenv("GIT_COMMITTER_NAME"), "conductor"),
+			Email: firstOf(d.Getenv("GIT_COMMITTER_EMAIL"), "conductor@localhost"),
+		},
+		Now:      d.Now,
+		Getenv:   d.Getenv,
+		Worktree: c.Bool("worktree"),
+		Out:      d.Stdout,
+		JSON:     c.Bool("json"),
+		Log:      d.Log,
+		Fault:    faultInjector(d.Getenv, "land"),
+	})
+	return err
+}
+
+// faultInjector returns a hook that SIGKILLs the process at the step named
+// by CONDUCTOR_FAULT=<area>:<step>; it is honoured only when
+// CONDUCTOR_TESTING=1 (tests prove crash safety with it).
+func faultInjector(getenv func(string) string, area string) func(string) {
+	if getenv("CONDUCTOR_TESTING") != "1" {
+		return nil
+	}
+	want, ok := strings.CutPrefix(getenv("CONDUCTOR_FAULT"), area+":")
+	if !ok || want == "" {
+		return nil
+	}
+	return func(step string) {
+		if step == want {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
 	}
 }
