@@ -136,42 +136,77 @@ func redact(msg, rawURL, password string) string {
 }
 
 // RedactURL returns a database URL fit for messages: the password (in the
-// user info or a password= parameter) is replaced by "xxxxx".
+// user info or a password= parameter, or wherever the driver finds it) is
+// replaced by "xxxxx".
 func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil && strings.Contains(raw, "://") {
-		// Unparsable as a URL: blank what looks like a password anyway.
-		raw = userinfoPassword.ReplaceAllString(raw, "${1}xxxxx@")
-		return passwordParam.ReplaceAllString(raw, "${1}xxxxx")
-	}
-	if err != nil || u.Scheme == "" {
-		// A key=value connection string.
-		fields := strings.Fields(raw)
-		for i, f := range fields {
-			if strings.HasPrefix(f, "password=") {
-				fields[i] = "password=xxxxx"
+	out := redactURLForm(raw)
+	if cfg, err := pgconn.ParseConfig(raw); err == nil && cfg.Password != "" {
+		for _, form := range []string{cfg.Password, url.QueryEscape(cfg.Password), url.PathEscape(cfg.Password),
+			(&url.URL{User: url.UserPassword("", cfg.Password)}).String()[3:]} {
+			if form != "" {
+				out = strings.ReplaceAll(out, form, "xxxxx")
 			}
 		}
-		if len(fields) == 0 {
-			return "(unparsable database URL)"
-		}
-		return strings.Join(fields, " ")
 	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
+	return out
+}
+
+func redactURLForm(raw string) string {
+	u, err := url.Parse(raw)
+	blanked, changed := blankUserinfo(raw)
+	hasPW := false
+	if err == nil && u.User != nil {
+		_, hasPW = u.User.Password()
+	}
+	switch {
+	case err == nil && u.Scheme != "" && u.Fragment == "" && (hasPW || !changed):
+		// A well-formed URL.
+		if hasPW {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
 		}
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return passwordParam.ReplaceAllString(u.String(), "${1}xxxxx")
+	case strings.Contains(raw, "://"):
+		// Malformed: blank what may be a password anyway.
+		return passwordParam.ReplaceAllString(blanked, "${1}xxxxx")
 	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
+	// A key=value connection string.
+	fields := strings.Fields(raw)
+	for i, f := range fields {
+		if strings.HasPrefix(f, "password=") {
+			fields[i] = "password=xxxxx"
+		}
 	}
-	return u.String()
+	if len(fields) == 0 {
+		return "(unparsable database URL)"
+	}
+	return strings.Join(fields, " ")
+}
+
+// blankUserinfo replaces what follows the first ':' after "://" up to the
+// last '@' (where a password would be) with "xxxxx".
+func blankUserinfo(raw string) (string, bool) {
+	i := strings.Index(raw, "://")
+	if i < 0 {
+		return raw, false
+	}
+	i += len("://")
+	j := strings.LastIndex(raw, "@")
+	if j <= i {
+		return raw, false
+	}
+	k := strings.Index(raw[i:j], ":")
+	if k < 0 {
+		return raw, false
+	}
+	return raw[:i+k+1] + "xxxxx" + raw[j:], true
 }
 
 var (
-	userinfoPassword = regexp.MustCompile(`(://[^:/@?#]*:)[^/?#]*@`)
-	passwordParam    = regexp.MustCompile(`([?&]password=)[^&#]*`)
+	passwordParam = regexp.MustCompile(`(password=)[^&#]*`)
 )
 
 // pgQuerier runs "?"-placeholder SQL on a pool or a transaction.

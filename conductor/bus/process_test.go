@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -518,4 +520,32 @@ func checkExactlyOnce(t *testing.T, won [][]string, n int) {
 	if len(count) != n {
 		t.Errorf("%d distinct items won, want %d", len(count), n)
 	}
+}
+
+func FuzzRedactURL(f *testing.F) {
+	f.Add("bob", "s3cret", "db:5432", "bus")
+	f.Add("a", "p@ss/w:rd", "localhost:notaport", "x")
+	f.Add("", "pw", "", "")
+	f.Fuzz(func(t *testing.T, user, pw, host, db string) {
+		for _, raw := range []string{
+			"postgres://" + user + ":" + pw + "@" + host + "/" + db,
+			"postgres://" + user + "@" + host + "/" + db + "?password=" + pw,
+			"host=" + host + " user=" + user + " password=" + pw,
+		} {
+			// The password as the driver reads it, or, when the driver
+			// cannot parse the URL, the one given if it is unambiguous.
+			secret := pw
+			if cfg, err := pgconn.ParseConfig(raw); err == nil {
+				secret = cfg.Password
+			} else if strings.ContainsAny(pw, "@/#?:&= '\\\t\n%") {
+				continue
+			}
+			if len(secret) < 4 || strings.Count(raw, secret) != 1 || strings.Contains("postgres://xxxxx", secret) {
+				continue // too short or ambiguous to tell from the rest
+			}
+			if got := RedactURL(raw); strings.Contains(got, secret) {
+				t.Fatalf("RedactURL(%q) = %q keeps the password %q", raw, got, secret)
+			}
+		}
+	})
 }
