@@ -450,8 +450,11 @@ func (l *Lease) reset(ctx context.Context, base string) error {
 		os.RemoveAll(filepath.Join(l.Meta.GitDir, name))
 	}
 	branch, _ := g.Line(ctx, "symbolic-ref", "-q", "HEAD")
-	if _, err := g.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
-		return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
+	if branch != "" {
+		// Leave the branch first; a detached HEAD is moved by reset --hard.
+		if _, err := g.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+			return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
+		}
 	}
 	if _, err := g.Run(ctx, "reset", "-q", "--hard", base, "--"); err != nil {
 		return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
@@ -523,11 +526,9 @@ func (l *Lease) Release(ctx context.Context) error {
 	if p.MaxCount <= 0 {
 		return l.discard(ctx)
 	}
-	base := l.Meta.Base
-	if err := l.reset(ctx, base); err != nil {
-		return errors.Join(err, l.discard(ctx))
-	}
-	if err := l.verify(ctx, base); err != nil {
+	// The reset is verified when the worktree is taken again (prepare):
+	// anything that changes a free worktree meanwhile is caught there too.
+	if err := l.reset(ctx, l.Meta.Base); err != nil {
 		return errors.Join(err, l.discard(ctx))
 	}
 	if p.MaxBytes > 0 {

@@ -23,7 +23,7 @@ func newTestPool(t *testing.T, max int) (*Pool, string, string) {
 	return p, repo, git(t, repo, "rev-parse", "HEAD")
 }
 
-func write(t *testing.T, path, body string) {
+func write(t testing.TB, path, body string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
