@@ -567,3 +567,39 @@ func jsonString(s string) string {
 	b.WriteByte('"')
 	return b.String()
 }
+
+// TestHangingGateKillsItsChildren checks that a gate killed at its timeout
+// takes its whole process group with it: no orphan keeps running.
+func TestHangingGateKillsItsChildren(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	writeFile(t, e.wt, "pkg/ok.go", "package pkg\n")
+	dir := e.run("r-1", runrec.StatusSucceeded)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := "sleep 300 & echo $! > " + pidFile + "; wait"
+	pol := policyWith(t, `{"landing":{"gate":[{"name":"hang","argv":["sh","-c",`+jsonString(script)+`],"timeoutSeconds":1}]}}`)
+	rep, err := review.Run(context.Background(), e.opts(dir, pol))
+	if refusalCode(err) != "review-failed" || len(rep.Gate) != 1 || !rep.Gate[0].TimedOut {
+		t.Fatalf("%v %+v", err, rep.Gate)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(string(b))
+	// kill -0 fails once the process is gone (it may linger as a zombie of
+	// init for a moment: poll briefly).
+	for i := 0; ; i++ {
+		if exec.Command("kill", "-0", pid).Run() != nil {
+			break
+		}
+		if st, _ := os.ReadFile("/proc/" + pid + "/stat"); strings.Contains(string(st), ") Z ") {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("gate child %s still running after the gate was killed", pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.scratchEmpty()
+}
