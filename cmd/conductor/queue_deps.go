@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,6 +18,7 @@ func queueFlags() []cli.Flag {
 		&cli.StringFlag{Name: "queue", Value: queue.DefaultKey, Usage: "queue key (Redis list or embedded queue name)", EnvVars: []string{"CONDUCTOR_QUEUE"}},
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis URL; without it the embedded store's queue is used", EnvVars: []string{"REDIS_URL"}},
 		&cli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job goes to the dead-letter list"},
+		&cli.DurationFlag{Name: "heartbeat-ttl", Value: 30 * time.Second, Usage: "a Redis consumer silent this long is dead and its jobs return to the queue"},
 	}
 }
 
@@ -34,7 +36,7 @@ func (d *deps) openQueue(c *cli.Context, consumer string) (queue.Queue, error) {
 	if url := c.String("redis-url"); url != "" {
 		return queue.DialRedis(c.Context, queue.RedisOptions{
 			URL: url, Key: c.String("queue"), Consumer: consumer,
-			MaxAttempts: c.Int("max-attempts"), Now: d.Now,
+			MaxAttempts: c.Int("max-attempts"), HeartbeatTTL: c.Duration("heartbeat-ttl"), Now: d.Now,
 		})
 	}
 	st, err := d.openStore(c)
