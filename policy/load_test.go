@@ -194,3 +194,36 @@ func TestLoadBadDir(t *testing.T) {
 		t.Errorf("no policy: %v", err)
 	}
 }
+
+// FuzzLoad feeds arbitrary bytes as a repository's contract files: loading
+// must never panic, and a failure is always a *ValidationError naming a file.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(`{"commands": [["go", "test"]], "limits": {"maxSteps": 3}}`), []byte(`{"landing": {"targets": ["main"]}}`))
+	f.Add([]byte(`{"tools": null}`), []byte(`{"landing": {"gate": [{"name": "", "argv": [""]}]}}`))
+	f.Add([]byte(`[`), []byte(`{"review": {"syntaxChecks": [{"glob": "a/[", "argv": ["x"]}]}}`))
+	f.Fuzz(func(t *testing.T, role, pol []byte) {
+		p, err := policy.LoadFS(roles.FS, fstest.MapFS{
+			"implementer.json":      {Data: role},
+			"conductor-policy.json": {Data: pol},
+		}, "repo")
+		if err != nil {
+			var ve *policy.ValidationError
+			if !errors.As(err, &ve) || len(ve.Problems) == 0 {
+				t.Fatalf("error %T %v", err, err)
+			}
+			for _, pr := range ve.Problems {
+				if pr.File == "" || pr.Message == "" {
+					t.Fatalf("problem %+v", pr)
+				}
+			}
+			return
+		}
+		r, err := p.Role("implementer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = r.CheckCommand([]string{"go", "test"})
+		_ = r.CheckWrite("pkg/x.go")
+		_ = p.Landing().CheckChanges([]policy.Change{{Status: 'A', Path: "x/y"}}, nil)
+	})
+}

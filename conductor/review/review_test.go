@@ -320,6 +320,9 @@ func TestFindings(t *testing.T) {
 			t.Parallel()
 			if tt.check == "syntax" && tt.name == "gofmt" {
 				if _, err := exec.LookPath("gofmt"); err != nil {
+					if os.Getenv("CI") == "true" {
+						t.Fatal("gofmt not installed (required when CI=true)")
+					}
 					t.Skip("gofmt not installed")
 				}
 			}
