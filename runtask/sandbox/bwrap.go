@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -48,6 +49,19 @@ func newBwrap(o Options) (*bwrapBackend, error) {
 		return nil, fmt.Errorf("%w: bwrap: %s --version: %v", ErrUnavailable, b.bwrap, err)
 	}
 	b.version = strings.TrimSpace(string(out))
+	for _, p := range o.ReadOnly {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("%w: bwrap: read-only path %q is not absolute", ErrUnavailable, p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: bwrap: read-only path: %v", ErrUnavailable, err)
+		}
+		if id.drop {
+			if err := checkReachable(p, id); err != nil {
+				return nil, fmt.Errorf("%w: bwrap: read-only path %s: %v", ErrUnavailable, p, err)
+			}
+		}
+	}
 	b.layout = detectLayout(b.version)
 	return b, nil
 }

@@ -7,6 +7,7 @@
 //	escapetool write PATH TEXT       create or truncate PATH with TEXT
 //	escapetool mkdir PATH            create PATH and its parents
 //	escapetool symlink TARGET LINK   plant a symlink
+//	escapetool link OLD NEW          make a hard link
 //	escapetool env                   print the environment, one per line
 //	escapetool connect ADDR          open a TCP connection to ADDR
 //	escapetool spew                  write to stdout forever
@@ -57,6 +58,9 @@ func main() {
 	case "symlink":
 		need(2)
 		err = os.Symlink(args[0], args[1])
+	case "link":
+		need(2)
+		err = os.Link(args[0], args[1])
 	case "env":
 		need(0)
 		for _, kv := range os.Environ() {
@@ -102,7 +106,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|env|connect|spew|forkbomb|orphans|linger|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|env|connect|spew|forkbomb|orphans|linger|id ...")
 	os.Exit(2)
 }
 
