@@ -57,9 +57,9 @@ func newDecisionRaiseCmd(d *deps) *cli.Command {
 		UsageText: "conductor decision raise --work-ref REF --commit SHA --target BRANCH [--kind KIND] [--repo DIR] [--run RUN] [--issue N] [--by NAME] [--json]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "kind", Value: bus.KindMergeProtected, Usage: "what is asked"},
-			&cli.StringFlag{Name: "work-ref", Required: true, Usage: "the ref holding the work (e.g. work/fix-1)"},
-			&cli.StringFlag{Name: "commit", Required: true, Usage: "the commit asked about (resolved to a full id in --repo)"},
-			&cli.StringFlag{Name: "target", Required: true, Usage: "the branch it would land on"},
+			&cli.StringFlag{Name: "work-ref", Usage: "the ref holding the work, e.g. work/fix-1 (required for " + bus.KindMergeProtected + ")"},
+			&cli.StringFlag{Name: "commit", Usage: "the commit asked about, resolved to a full id in --repo (required for " + bus.KindMergeProtected + ")"},
+			&cli.StringFlag{Name: "target", Usage: "the branch it would land on (required for " + bus.KindMergeProtected + ")"},
 			&cli.StringFlag{Name: "repo", Usage: "repository of the work ref (default: the one containing the current directory)"},
 			&cli.StringFlag{Name: "run", Usage: "the run that produced the work"},
 			&cli.Int64Flag{Name: "issue", Usage: "forge issue number to close when it lands"},
@@ -70,6 +70,20 @@ func newDecisionRaiseCmd(d *deps) *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("decision raise takes no arguments (got %q)", c.Args().Slice())
+			}
+			if c.String("kind") == bus.KindMergeProtected {
+				var missing []string
+				for _, f := range []string{"work-ref", "commit", "target"} {
+					if strings.TrimSpace(c.String(f)) == "" {
+						missing = append(missing, "--"+f)
+					}
+				}
+				if len(missing) > 0 {
+					return usagef("a %s decision needs %s", bus.KindMergeProtected, strings.Join(missing, ", "))
+				}
+			}
+			if strings.TrimSpace(c.String("kind")) == "" {
+				return usagef("--kind must not be empty")
 			}
 			if c.Int64("issue") < 0 {
 				return usagef("--issue %d: must be a positive issue number", c.Int64("issue"))
