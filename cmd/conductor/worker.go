@@ -5,15 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
+	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/queue"
+	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
@@ -217,10 +222,59 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	}); err != nil {
 		return err
 	}
-	out, _ := json.Marshal(map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps, "patchId": res.PatchID})
+	line := map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps, "patchId": res.PatchID}
+	if res.Status == runrec.StatusSucceeded && (job.PR || task.PR) && res.PatchID != "" {
+		pr, err := w.reviewAndOpenDraft(ctx, res, int64(task.Issue))
+		if err != nil {
+			// The run is done and recorded; the automation's failure is
+			// reported, not retried (re-running would not change it).
+			log.Warn("unattended review/PR stopped", "err", err)
+			line["pr"] = "not opened: " + err.Error()
+		} else {
+			line["pr"] = pr
+		}
+	}
+	out, _ := json.Marshal(line)
 	fmt.Fprintln(w.d.Stdout, string(out))
 	log.Info("run finished", "status", res.Status, "steps", res.Steps)
 	return nil
+}
+
+// reviewAndOpenDraft is the unattended path for a task with "pr": true:
+// review with approval (checks and gate must pass), then push the work branch
+// and open a draft PR. The forge token is read here, by the conductor, and
+// never reaches the worker.
+func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, issue int64) (string, error) {
+	cfg := w.d.config(w.c)
+	dir := runrec.Dir(cfg.RunDir(res.RunID))
+	rolesDir, err := reviewRolesDir(w.c.String("roles"), res.Repo)
+	if err != nil {
+		return "", err
+	}
+	pol, err := policy.Load(roles.FS, rolesDir)
+	if err != nil {
+		return "", err
+	}
+	_, err = review.Run(ctx, review.Options{
+		Store: w.store, Policy: pol, RunDir: dir, Approve: true,
+		Reviewer: "conductor worker", ScratchDir: filepath.Join(cfg.DataRoot, "scratch"),
+		Getenv: w.d.Getenv, Now: w.d.Now, Out: io.Discard,
+	})
+	if err != nil {
+		return "", fmt.Errorf("review: %w", err)
+	}
+	settings, err := forge.LoadSettings(cfg.ConfigFile)
+	if err != nil {
+		return "", err
+	}
+	pr, err := forge.OpenDraftPR(ctx, forge.DraftOptions{
+		RunDir: string(dir), Issue: issue, Settings: settings.WithDefaults(w.d.Getenv),
+		Getenv: w.d.Getenv, Verdicts: w.store, Log: w.d.Log,
+	})
+	if err != nil {
+		return "", fmt.Errorf("draft PR: %w", err)
+	}
+	return pr.PR.URL, nil
 }
 
 func isFinal(status string) bool {
