@@ -31,7 +31,7 @@ when asked for by name); docker (not built; reports whether an engine answers).
 Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap) works,
 1 when it does not: a run demanding it would be refused.
 
-Environment: CONDUCTOR_SANDBOX (backend), CONDUCTOR_SANDBOX_UID (UID[:GID] to run
+Environment: WORKER_SANDBOX (backend, as for run-task), CONDUCTOR_SANDBOX_UID (UID[:GID] to run
 commands as when root; default 65534), CONDUCTOR_SANDBOX_MAX_PROCS,
 CONDUCTOR_SANDBOX_RO_PATHS (extra read-only folders, colon-separated),
 CONDUCTOR_BWRAP (path of bwrap).`,

@@ -73,7 +73,7 @@ const (
 	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS" // RLIMIT_NPROC
 	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"  // colon-separated extra read-only paths
 	EnvBwrap    = "CONDUCTOR_BWRAP"             // path of the bwrap executable
-	EnvBackend  = "CONDUCTOR_SANDBOX"           // backend name for callers that take one (auto, bwrap, none)
+	EnvBackend  = "WORKER_SANDBOX"              // the backend runs use (auto, bwrap, none), as run-task --sandbox reads it
 )
 
 // OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
