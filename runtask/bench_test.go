@@ -104,13 +104,15 @@ func median(d []time.Duration) time.Duration {
 func BenchmarkTaskOverhead(b *testing.B) {
 	repo, files, dirs := benchRepo(b)
 	data := filepath.Join(b.TempDir(), "data")
+	// Separate pools: cold never keeps a worktree, warm keeps one.
+	bases := map[string]string{"0": filepath.Join(data, "cold"), "1": filepath.Join(data, "warm")}
 	run := func(n int, pool string) time.Duration {
 		env := map[string]string{"WORKER_POOL_SIZE": pool}
 		task := testTask(fmt.Sprintf("bench-%s-%d", pool, n))
 		task.MaxSteps = 30
 		start := time.Now()
 		res, err := Run(context.Background(), Options{
-			Task: task, Config: conductor.Config{DataRoot: data}, Repo: repo, Model: benchModel(dirs), ModelName: "bench",
+			Task: task, Config: conductor.Config{DataRoot: data}, Repo: repo, WorktreeBase: bases[pool], Model: benchModel(dirs), ModelName: "bench",
 			ModelAlias: "bench", Role: &testRole{}, Sandbox: &execSandbox{}, Getenv: testEnv(env),
 		})
 		d := time.Since(start)

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -261,6 +262,16 @@ func stripRootErr(err error) string {
 	return err.Error()
 }
 
+// hardLinked refuses a regular file with more than one link: a hard link
+// planted in the worktree could name a file outside it, and the tools run
+// with the conductor's rights, not the sandbox's.
+func hardLinked(fi fs.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && fi.Mode().IsRegular() && st.Nlink > 1 {
+		return fmt.Errorf("%w: the file has %d hard links (a hard link may reach outside the repository)", errConfined, st.Nlink)
+	}
+	return nil
+}
+
 func isBinary(b []byte) bool {
 	return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0
 }
@@ -284,6 +295,9 @@ func (tb *toolbox) readFile(args string) toolResult {
 	}
 	if fi.IsDir() {
 		return errResult("read %s: is a folder; use list_dir", p)
+	}
+	if err := hardLinked(fi); err != nil {
+		return errResult("read %s: %v", p, err)
 	}
 	if fi.Size() > readMaxFileSize {
 		return errResult("read %s: %d bytes is too large to read", p, fi.Size())
@@ -347,6 +361,9 @@ func (tb *toolbox) writeFile(args string) toolResult {
 		if fi.IsDir() {
 			return errResult("write %s: is a folder", p)
 		}
+		if err := hardLinked(fi); err != nil {
+			return errResult("write %s: %v", p, err)
+		}
 		perm = fi.Mode().Perm()
 	}
 	if err := tb.root.WriteFile(p, []byte(*a.Content), perm); err != nil {
@@ -383,6 +400,9 @@ func (tb *toolbox) editFile(args string) toolResult {
 	}
 	if fi.IsDir() {
 		return errResult("edit %s: is a folder", p)
+	}
+	if err := hardLinked(fi); err != nil {
+		return errResult("edit %s: %v", p, err)
 	}
 	b, err := tb.root.ReadFile(p)
 	if err != nil {
@@ -454,7 +474,7 @@ func (tb *toolbox) grep(ctx context.Context, args string) toolResult {
 			continue
 		}
 		fi, err := tb.root.Lstat(f)
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() > grepMaxFileSize {
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > grepMaxFileSize || hardLinked(fi) != nil {
 			continue // deleted, a symlink, a submodule or too large
 		}
 		data, err := tb.root.ReadFile(f)

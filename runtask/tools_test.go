@@ -44,6 +44,9 @@ func args(v any) string {
 func TestToolConfinement(t *testing.T) {
 	tb, repo, outside := newToolbox(t)
 	// Planted links: out of the tree, into .git, and a harmless one.
+	if err := os.Link(outside, filepath.Join(repo, "hardlink")); err != nil {
+		t.Fatal(err)
+	}
 	for link, target := range map[string]string{
 		"out-abs": outside, "out-rel": "../../" + filepath.Base(filepath.Dir(outside)) + "/secret.txt",
 		"dir-out": filepath.Dir(outside), "gitlink": ".git", "gitcfg": ".git/config", "lib/up": "..", "ok-link": "lib/util.go",
@@ -71,6 +74,9 @@ func TestToolConfinement(t *testing.T) {
 		{"read link to .git file", ToolReadFile, map[string]any{"path": "gitcfg"}, "leads into .git"},
 		{"read link via ..", ToolReadFile, map[string]any{"path": "lib/up/README.md"}, ""},
 		{"read inside link", ToolReadFile, map[string]any{"path": "ok-link"}, ""},
+		{"read hard link", ToolReadFile, map[string]any{"path": "hardlink"}, "2 hard links"},
+		{"write hard link", ToolWriteFile, map[string]any{"path": "hardlink", "content": "x"}, "2 hard links"},
+		{"edit hard link", ToolEditFile, map[string]any{"path": "hardlink", "old_string": "TOP", "new_string": "x"}, "2 hard links"},
 		{"write dotdot", ToolWriteFile, map[string]any{"path": "../evil", "content": "x"}, "uses '..'"},
 		{"write absolute", ToolWriteFile, map[string]any{"path": filepath.Join(t.TempDir(), "evil"), "content": "x"}, "is absolute"},
 		{"write .git", ToolWriteFile, map[string]any{"path": ".git/hooks/pre-commit", "content": "x"}, ".git is not accessible"},
@@ -108,6 +114,10 @@ func TestToolConfinement(t *testing.T) {
 		if _, err := os.Stat(p); err == nil {
 			t.Fatalf("%s was written", p)
 		}
+	}
+	// grep skips the hard link (the file is untracked, so it is listed).
+	if res := tb.call(context.Background(), ToolGrep, `{"pattern":"TOP SECRET"}`); res.Content != "no matches" {
+		t.Fatalf("grep through a hard link: %q", res.Content)
 	}
 	// The listing hides .git.
 	res := tb.call(context.Background(), ToolListDir, `{}`)
