@@ -539,3 +539,46 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// ModelProbe is what a server says about itself (GET /v1/models).
+type ModelProbe struct {
+	Alias   string   `json:"alias"`
+	URL     string   `json:"url"`
+	Model   string   `json:"model"`
+	Models  []string `json:"models"` // the ids the server lists
+	Served  bool     `json:"served"` // Model is among them
+	Latency string   `json:"latency"`
+}
+
+// ProbeModel asks the server of spec which models it serves, with one
+// attempt and the key handling of NewClient: for `doctor`-style checks
+// before dispatching work. A replay spec is probed by loading its script.
+func ProbeModel(ctx context.Context, spec ModelSpec, getenv func(string) string, opts ...ClientOption) (ModelProbe, error) {
+	p := ModelProbe{Alias: spec.Alias, URL: spec.BaseURL, Model: spec.Model}
+	if spec.IsReplay() {
+		if _, err := NewReplay(spec.ReplayFile); err != nil {
+			return p, err
+		}
+		p.URL, p.Models, p.Served = replayBaseURL, []string{spec.Model}, true
+		return p, nil
+	}
+	spec.MaxAttempts = 1
+	mc, err := NewClient(spec, getenv, opts...)
+	if err != nil {
+		return p, err
+	}
+	c := mc.(*httpClient)
+	start := time.Now()
+	list, err := c.api.ListModels(ctx)
+	p.Latency = time.Since(start).Round(time.Millisecond).String()
+	if err != nil {
+		return p, c.wrapError(ctx, err)
+	}
+	for _, m := range list.Models {
+		p.Models = append(p.Models, m.ID)
+		if m.ID == spec.Model {
+			p.Served = true
+		}
+	}
+	return p, nil
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -605,5 +606,25 @@ func TestErrorObjectWithStatus200(t *testing.T) {
 	var me *ModelError
 	if !errors.As(err, &me) || me.Status != 200 || !strings.Contains(err.Error(), "the server answered an error: model 'qwen' not found") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+func TestProbeModel(t *testing.T) {
+	srv := startFake(t, `{"model":"qwen-test","requireBearer":"k-1","turns":[]}`)
+	spec := testSpec(t, srv.URL())
+	spec.APIKeyEnv = "PROBE_KEY"
+	p, err := ProbeModel(context.Background(), spec, envMap(map[string]string{"PROBE_KEY": "k-1"}))
+	if err != nil || !p.Served || len(p.Models) != 1 || p.Models[0] != "qwen-test" {
+		t.Fatalf("probe %+v %v", p, err)
+	}
+	spec.Model = "other"
+	if p, err := ProbeModel(context.Background(), spec, envMap(map[string]string{"PROBE_KEY": "k-1"})); err != nil || p.Served {
+		t.Fatalf("probe of an unserved model %+v %v", p, err)
+	}
+	if _, err := ProbeModel(context.Background(), spec, envMap(map[string]string{"PROBE_KEY": "wrong"})); err == nil || !strings.Contains(err.Error(), "HTTP 401") {
+		t.Fatalf("wrong key: %v", err)
+	}
+	if _, err := ProbeModel(context.Background(), ModelSpec{Alias: "replay:x", ReplayFile: filepath.Join(t.TempDir(), "x.json")}, envMap(nil)); err == nil {
+		t.Fatal("probe of a missing replay file succeeded")
 	}
 }

@@ -335,7 +335,8 @@ var (
 // of tool_calls: <tool_call>{"name":..,"arguments":{..}}</tool_call> blocks
 // (Hermes/Qwen templates; a missing closing tag at the end is accepted), or
 // a content that is only a JSON call object or array of them, optionally in
-// a ```json fence, naming tools the request offered. It returns the content
+// a ```json fence or after a [TOOL_CALLS] or <|python_tag|> marker, naming
+// tools the request offered. It returns the content
 // left over and the calls; no calls when nothing parses.
 func liftContentCalls(content string, tools map[string]bool) (string, []map[string]json.RawMessage) {
 	if strings.Contains(content, "<tool_call>") {
@@ -360,6 +361,13 @@ func liftContentCalls(content string, tools map[string]bool) (string, []map[stri
 	text := strings.TrimSpace(content)
 	if m := jsonFence.FindStringSubmatch(text); m != nil {
 		text = m[1]
+	}
+	// Prefixes of chat templates whose parser was not enabled: Mistral's
+	// [TOOL_CALLS][...] and Llama 3.1's <|python_tag|>{...}.
+	for _, prefix := range []string{"[TOOL_CALLS]", "<|python_tag|>"} {
+		if rest, ok := strings.CutPrefix(text, prefix); ok {
+			text = strings.TrimSpace(rest)
+		}
 	}
 	if text == "" || (text[0] != '{' && text[0] != '[') {
 		return content, nil

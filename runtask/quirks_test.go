@@ -33,6 +33,8 @@ func TestLiftContentCalls(t *testing.T) {
 			[]string{`read_file({})`, `run_command({"argv":["ls"]})`}},
 		{"openai shape in content", `{"type":"function","function":{"name":"read_file","arguments":"{\"path\":\"b\"}"}}`, "",
 			[]string{`read_file("{\"path\":\"b\"}")`}},
+		{"mistral marker", `[TOOL_CALLS][{"name":"read_file","arguments":{"path":"m"}}]`, "", []string{`read_file({"path":"m"})`}},
+		{"llama python tag", `<|python_tag|>{"name":"run_command","parameters":{"argv":["go","vet"]}}`, "", []string{`run_command({"argv":["go","vet"]})`}},
 		{"bare json naming no offered tool", `{"name":"summary","arguments":{}}`, `{"name":"summary","arguments":{}}`, nil},
 		{"bare json with other keys is an answer", `{"name":"read_file","arguments":{},"why":"x"}`, `{"name":"read_file","arguments":{},"why":"x"}`, nil},
 		{"json answer", `{"status":"ok"}`, `{"status":"ok"}`, nil},

@@ -401,6 +401,15 @@ func redactLooksLikeKey(v string) string {
 // Aliases lists the known aliases, sorted.
 func (r *Registry) Aliases() []string { return sortedAliasKeys(r.specs) }
 
+// Specs lists every alias's spec, sorted by alias.
+func (r *Registry) Specs() []ModelSpec {
+	out := make([]ModelSpec, 0, len(r.specs))
+	for _, a := range r.Aliases() {
+		out = append(out, r.specs[a])
+	}
+	return out
+}
+
 // Default is the alias used when none is asked for.
 func (r *Registry) Default() string { return r.def }
 

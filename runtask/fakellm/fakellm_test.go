@@ -264,7 +264,20 @@ func TestServerChecks(t *testing.T) {
 	if s, _, _ := post(t, srv.URL(), userReq, "Authorization", "Bearer k-123"); s != 200 {
 		t.Fatalf("good request: %d", s)
 	}
-	resp, err := http.Get(srv.URL() + "/models")
+	models, err := http.NewRequest(http.MethodGet, srv.URL()+"/models", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(models)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 {
+		t.Fatalf("models without the key: %d", resp.StatusCode)
+	}
+	models.Header.Set("Authorization", "Bearer k-123")
+	resp, err = http.DefaultClient.Do(models)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -265,6 +265,17 @@ func (h *Handler) record(rec *RecordedRequest) {
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec *RecordedRequest) int {
 	path := strings.TrimSuffix(r.URL.Path, "/")
+	if want := h.script.RequireBearer; want != "" && r.Header.Get("Authorization") != "Bearer "+want {
+		if path == "/v1/chat/completions" {
+			var req ChatRequest
+			if json.Unmarshal(body, &req) == nil {
+				rec.Body = &req
+			}
+		}
+		h.record(rec)
+		writeError(w, http.StatusUnauthorized, "", "Incorrect API key provided.", "invalid_request_error")
+		return http.StatusUnauthorized
+	}
 	switch {
 	case path == "/v1/models" && r.Method == http.MethodGet:
 		h.record(rec)
@@ -291,10 +302,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	rec.Body = &req
 	h.record(rec)
 
-	if want := h.script.RequireBearer; want != "" && r.Header.Get("Authorization") != "Bearer "+want {
-		writeError(w, http.StatusUnauthorized, "", "Incorrect API key provided.", "invalid_request_error")
-		return http.StatusUnauthorized
-	}
 	if h.script.RejectMissingContent {
 		for _, m := range req.Messages {
 			if !m.HasContent() {
