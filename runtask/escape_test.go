@@ -101,7 +101,7 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 
 	// The hostile program, built from testdata/escape/escapetool.
 	e.tool = filepath.Join(e.toolDir, "escapetool")
-	build := exec.Command("go", "build", "-o", e.tool, "github.com/conductor-dev/conductor/testdata/escape/escapetool")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", e.tool, "github.com/conductor-dev/conductor/testdata/escape/escapetool")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build escapetool: %v\n%s", err, out)

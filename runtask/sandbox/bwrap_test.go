@@ -202,6 +202,11 @@ func TestBwrapFilesystemConfinement(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.argv[2] == visibleSecret && os.Geteuid() != 0 {
+				// A non-root conductor's sandbox runs as the conductor's
+				// own uid: its own 0600 files, where mounted, are its own.
+				t.Skip("the conductor is not root: the sandbox runs as the file's owner")
+			}
 			res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: tc.argv, Env: []string{testPath}, Timeout: 20 * time.Second})
 			if err != nil {
 				t.Fatal(err)

@@ -44,7 +44,7 @@ func escapeTool(t *testing.T) (dir, path string) {
 			return
 		}
 		tool.path = filepath.Join(d, "escapetool")
-		cmd := exec.Command("go", "build", "-o", tool.path, "github.com/conductor-dev/conductor/testdata/escape/escapetool")
+		cmd := exec.Command("go", "build", "-buildvcs=false", "-o", tool.path, "github.com/conductor-dev/conductor/testdata/escape/escapetool")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			tool.err = errors.New("go build escapetool: " + err.Error() + ": " + string(out))
