@@ -628,3 +628,25 @@ func TestProbeModel(t *testing.T) {
 		t.Fatal("probe of a missing replay file succeeded")
 	}
 }
+
+// BenchmarkCompleteFakellm is one model turn through go-openai, the quirk
+// and retry layers and a zero-latency fakellm over loopback HTTP.
+func BenchmarkCompleteFakellm(b *testing.B) {
+	sc, err := fakellm.Parse([]byte(`{"turns":[],"final":{"toolCalls":[{"name":"read_file","arguments":{"path":"a.go"}}],"quirks":["arguments-object","missing-ids"]}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := fakellm.Start(*sc)
+	defer srv.Close()
+	c, err := NewClient(ModelSpec{Alias: "bench", BaseURL: srv.URL(), Model: "m", MaxAttempts: 1}, func(string) string { return "" })
+	if err != nil {
+		b.Fatal(err)
+	}
+	req := baseRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Complete(context.Background(), req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

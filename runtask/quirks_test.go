@@ -214,3 +214,16 @@ func FuzzLiftContentCalls(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkNormalizeChatResponse measures the per-turn cost of the quirk
+// rewrite on a typical answer (two calls, arguments as objects, no ids).
+func BenchmarkNormalizeChatResponse(b *testing.B) {
+	body := []byte(`{"id":"x","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"read_file","arguments":{"path":"a.go","start_line":1,"end_line":200}}},{"type":"function","function":{"name":"grep","arguments":{"pattern":"func Clamp","path":"."}}}]},"finish_reason":"tool_call"}],"usage":{"prompt_tokens":1200,"completion_tokens":40,"total_tokens":1240}}`)
+	info := chatRequestInfo{priorIDs: map[string]bool{"call_1": true, "call_2": true}, tools: map[string]bool{"read_file": true, "grep": true}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := normalizeChatResponse(body, info); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
