@@ -144,10 +144,16 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 	}
 	defer release()
 	creq := openai.ChatCompletionRequest{
-		Model:     c.spec.Model,
-		Messages:  req.Messages,
-		Tools:     req.Tools,
-		MaxTokens: c.spec.MaxTokens,
+		Model:    c.spec.Model,
+		Messages: req.Messages,
+		Tools:    req.Tools,
+	}
+	if reasoningModel(c.spec.Model) {
+		// OpenAI's reasoning models refuse max_tokens; local servers may
+		// not know max_completion_tokens.
+		creq.MaxCompletionTokens = c.spec.MaxTokens
+	} else {
+		creq.MaxTokens = c.spec.MaxTokens
 	}
 	resp, err := c.api.CreateChatCompletion(ctx, creq)
 	if err != nil {
@@ -180,6 +186,16 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 		reply.Quirks = strings.Split(f, ",")
 	}
 	return reply, nil
+}
+
+// reasoningModel reports OpenAI model names that take max_completion_tokens.
+func reasoningModel(model string) bool {
+	for _, p := range []string{"o1", "o3", "o4", "gpt-5", "gpt-6"} {
+		if strings.HasPrefix(model, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // wrapError turns a go-openai or transport error into a *ModelError with

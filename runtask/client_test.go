@@ -650,3 +650,21 @@ func BenchmarkCompleteFakellm(b *testing.B) {
 		}
 	}
 }
+
+func TestMaxTokensField(t *testing.T) {
+	for _, tt := range []struct{ model, field string }{
+		{"qwen2.5-coder:14b", `"max_tokens":300`},
+		{"gpt-5-mini", `"max_completion_tokens":300`},
+		{"o3", `"max_completion_tokens":300`},
+	} {
+		srv := startFake(t, `[{"content":"ok"}]`)
+		spec := testSpec(t, srv.URL())
+		spec.Model, spec.MaxTokens = tt.model, 300
+		if _, err := newTestClient(t, spec, nil).Complete(context.Background(), baseRequest()); err != nil {
+			t.Fatalf("%s: %v", tt.model, err)
+		}
+		if raw := srv.Requests()[0].RawText; !strings.Contains(raw, tt.field) {
+			t.Errorf("%s: request lacks %s: %s", tt.model, tt.field, raw)
+		}
+	}
+}

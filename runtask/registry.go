@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -422,6 +423,10 @@ func (r *Registry) Lookup(alias string) (ModelSpec, error) {
 	if file, ok := strings.CutPrefix(alias, ReplayPrefix); ok {
 		if file == "" {
 			return ModelSpec{}, fmt.Errorf("model %q: name the script file after %q", alias, ReplayPrefix)
+		}
+		// Absolute, so a resumed session finds the file from any folder.
+		if abs, err := filepath.Abs(file); err == nil {
+			file = abs
 		}
 		return ModelSpec{Alias: alias, Model: "replay", ReplayFile: file, MaxAttempts: DefaultMaxAttempts, Source: "replay"}, nil
 	}

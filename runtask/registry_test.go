@@ -68,7 +68,8 @@ func TestRegistryLookupErrors(t *testing.T) {
 		t.Fatal("replay: without a file accepted")
 	}
 	s, err := r.Lookup("replay:testdata/models/demo.json")
-	if err != nil || !s.IsReplay() || s.ReplayFile != "testdata/models/demo.json" {
+	abs, _ := filepath.Abs("testdata/models/demo.json")
+	if err != nil || !s.IsReplay() || s.ReplayFile != abs || s.Alias != "replay:testdata/models/demo.json" {
 		t.Fatalf("replay spec %+v %v", s, err)
 	}
 }
