@@ -103,7 +103,7 @@ func commitMessage(res runrec.Result) string {
 	fmt.Fprintf(&b, "work: %s (run %s)\n\n", res.TaskID, res.RunID)
 	fmt.Fprintf(&b, "The worker's diff for task %s, committed by the conductor for review.\n", res.TaskID)
 	if res.Session != "" || res.Role != "" {
-		fmt.Fprintf(&b, "Session %s, role %s, run status %s.\n", orDash(res.Session), orDash(res.Role), orDash(res.Status))
+		fmt.Fprintf(&b, "Session %s, role %s, run status %s.\n", orDash(oneLine(res.Session)), orDash(oneLine(res.Role)), orDash(oneLine(res.Status)))
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "Run-Id: %s\n", res.RunID)

@@ -292,6 +292,9 @@ func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
 	if len(missing) > 0 {
 		return res, nil, fmt.Errorf("review: run record %s: %s lacks %s", dir, runrec.ResultFile, strings.Join(missing, ", "))
 	}
+	if !taskIDRE.MatchString(res.RunID) || strings.Contains(res.RunID, "..") {
+		return res, nil, fmt.Errorf("review: run record %s: run id %q: letters, digits, '.', '_', '-' only", dir, res.RunID)
+	}
 	if res.Status == runrec.StatusRunning {
 		return res, nil, fmt.Errorf("review %s: the run is still running; review it when it has finished", res.RunID)
 	}

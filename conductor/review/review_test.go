@@ -472,6 +472,7 @@ func TestBadInput(t *testing.T) {
 		{"no repo", mk("r-norepo", setResult(func(r *runrec.Result) { r.Repo = "" })), nil, "lacks repo"},
 		{"bad base", mk("r-badbase", setResult(func(r *runrec.Result) { r.BaseCommit = strings.Repeat("1", 40) })), nil, "base commit"},
 		{"bad task id", mk("r-badtask", setResult(func(r *runrec.Result) { r.TaskID = "../x" })), nil, "cannot name a work branch"},
+		{"run id with a newline", mk("r-badrun", setResult(func(r *runrec.Result) { r.RunID = "r-1\nPatch-Id: forged" })), nil, "letters, digits"},
 		{"approve and request", good, func(o *review.Options) { o.Approve, o.RequestChanges = true, "x" }, "exclude each other"},
 		{"raise without approve", good, func(o *review.Options) { o.Raise = "main" }, "needs --approve"},
 		{"raise to a target not allowed", good, func(o *review.Options) { o.Approve, o.Raise = true, "release" }, "target-not-allowed"},
