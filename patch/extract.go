@@ -87,8 +87,10 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	}
 	defer n.close()
 
-	if _, err := n.Run(ctx, "read-tree", baseTree); err != nil {
-		return ex, fmt.Errorf("extract: read base tree: %w", err)
+	if !seedIndex(ctx, n, opts.Repo.GitDir, baseTree) {
+		if _, err := n.Run(ctx, "read-tree", baseTree); err != nil {
+			return ex, fmt.Errorf("extract: read base tree: %w", err)
+		}
 	}
 	if _, err := n.Run(ctx, "add", "--all"); err != nil {
 		return ex, fmt.Errorf("extract: collect worktree %s: %w", wt, err)
@@ -113,6 +115,47 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	}
 	ex.PatchID, ex.Bytes = id, size
 	return ex, nil
+}
+
+// seedIndex fills the temporary index with the base tree while reusing the
+// stat data of the worktree's own index (a copy of it, with its mtime kept
+// so git's racy-entry checks stay right): `read-tree --reset <base>` keeps an
+// entry's stat data only where its blob is the base's, so `add` then hashes
+// just the files whose stat changed instead of every file. Only the index
+// is read, never changed; anything unusable (split or sparse index,
+// conflicts, corrupt file) falls back to a plain read-tree. Stat data can at
+// worst hide a change from the extraction — and so from the landing as
+// well: what is reviewed is still exactly what lands.
+func seedIndex(ctx context.Context, n *neutralRepo, gitDir, baseTree string) bool {
+	src := filepath.Join(gitDir, "index")
+	fi, err := os.Lstat(src)
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return false
+	}
+	defer in.Close()
+	out, err := os.OpenFile(n.indexFile(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return false
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chtimes(n.indexFile(), fi.ModTime(), fi.ModTime())
+	}
+	if err == nil {
+		_, err = n.Run(ctx, "read-tree", "--reset", baseTree)
+	}
+	if err != nil {
+		os.Remove(n.indexFile())
+		return false
+	}
+	return true
 }
 
 // DiffTrees writes the canonical diff (the form Extract produces) between

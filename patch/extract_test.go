@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fastImportTree writes the generator's file set as a root commit on ref
@@ -351,4 +352,89 @@ func TestExtractHostileConfig(t *testing.T) {
 	if b, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("a planted program ran during DiffTrees:\n%s", b)
 	}
+}
+
+// TestExtractIndexSeeding: the stat data reused from the worker's index
+// never hides a change (same size, mtime put back, in the same second or
+// later), and an unusable index falls back to a plain read.
+func TestExtractIndexSeeding(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	ctx := context.Background()
+	repo, wt, g, base := linkedWorktree(t, 21)
+	private := privateGitDir(t, repo)
+	var target string
+	for _, name := range g.names() {
+		if f := g.files[name]; f.mode == "100644" && len(f.data) > 10 && bytes.IndexByte(f.data, 0) < 0 {
+			target = name
+			break
+		}
+	}
+	path := filepath.Join(wt, filepath.FromSlash(target))
+	sameSizeEdit := func(t *testing.T) {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[0] ^= 0x20
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		f2 := g.files[target]
+		f2.data = b
+		g.files[target] = f2
+	}
+	check := func(t *testing.T) {
+		want := fastImportTree(t, repo, g, "refs/oracle/want")
+		ex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.Tree != want {
+			t.Fatalf("tree %s, want %s: a change was hidden", ex.Tree, want)
+		}
+	}
+	t.Run("same second", func(t *testing.T) { sameSizeEdit(t); check(t) })
+	t.Run("later second", func(t *testing.T) {
+		// Put the file back as in the base through the worker's index, so
+		// its entry holds the base blob with current stat data; then edit.
+		testGit(t, wt, nil, "--git-dir="+private, "--work-tree="+wt, "checkout", "--", target)
+		f := g.files[target]
+		f.data = append([]byte(nil), f.data...)
+		f.data[0] ^= 0x20
+		g.files[target] = f
+		check(t)
+		time.Sleep(1100 * time.Millisecond)
+		sameSizeEdit(t)
+		check(t)
+	})
+	t.Run("garbage index", func(t *testing.T) {
+		if err := os.WriteFile(filepath.Join(private, "index"), []byte("DIRC garbage"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		check(t)
+	})
+	t.Run("index with conflicts", func(t *testing.T) {
+		var info bytes.Buffer
+		blob := strings.TrimSpace(string(testGit(t, repo, []byte("x\n"), "hash-object", "-w", "--stdin")))
+		for stage := 1; stage <= 3; stage++ {
+			fmt.Fprintf(&info, "100644 %s %d\tconflicted.txt\n", blob, stage)
+		}
+		testGit(t, wt, nil, "--git-dir="+private, "--work-tree="+wt, "read-tree", base)
+		testGit(t, wt, info.Bytes(), "--git-dir="+private, "--work-tree="+wt, "update-index", "--index-info")
+		check(t)
+	})
 }

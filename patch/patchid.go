@@ -173,10 +173,10 @@ type idScanner struct {
 	verbatim bool
 	eof      bool
 
-	h    hash.Hash
-	buf  []byte // bytes waiting to be hashed
-	sum  [sha1.Size]byte
-	long []byte // a header line that did not fit in the reader's buffer
+	h      hash.Hash
+	buf    []byte // bytes waiting to be hashed
+	digest [sha1.Size]byte
+	long   []byte // a header line that did not fit in the reader's buffer
 
 	preOID, postOID []byte // from the last "index" line
 
@@ -216,33 +216,43 @@ func (s *idScanner) write(p []byte) {
 	s.buf = append(s.buf, p...)
 }
 
-// writeStripped queues p without ASCII whitespace (space, tab, LF, CR: git's
-// isspace) and returns how many bytes it queued.
-func (s *idScanner) writeStripped(p []byte) int {
-	if len(s.buf)+len(p) > cap(s.buf) {
-		s.h.Write(s.buf)
-		s.buf = s.buf[:0]
+// notSpace is 1 for bytes that are not whitespace as git's isspace sees it
+// (space, tab, LF, CR; not VT or FF), 0 for those that are.
+var notSpace = func() (t [256]uint8) {
+	for i := range t {
+		t[i] = 1
 	}
+	for _, c := range []byte{' ', '\t', '\n', '\r'} {
+		t[c] = 0
+	}
+	return t
+}()
+
+// writeStripped queues p without whitespace and returns how many bytes it
+// queued. The copy is branch-free: every byte is stored, and the write
+// position only advances past non-space bytes.
+func (s *idScanner) writeStripped(p []byte) int {
 	n := 0
 	for len(p) > 0 {
+		if cap(s.buf)-len(s.buf) < 1 {
+			s.h.Write(s.buf)
+			s.buf = s.buf[:0]
+		}
 		room := cap(s.buf) - len(s.buf)
 		chunk := p
 		if len(chunk) > room {
 			chunk = chunk[:room]
 		}
 		p = p[len(chunk):]
-		b := s.buf
+		start := len(s.buf)
+		b := s.buf[:start+len(chunk)]
+		j := start
 		for _, c := range chunk {
-			if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
-				b = append(b, c)
-			}
+			b[j] = c
+			j += int(notSpace[c])
 		}
-		n += len(b) - len(s.buf)
-		s.buf = b
-		if len(p) > 0 {
-			s.h.Write(s.buf)
-			s.buf = s.buf[:0]
-		}
+		s.buf = b[:j]
+		n += j - start
 	}
 	return n
 }
@@ -252,8 +262,7 @@ func (s *idScanner) writeStripped(p []byte) int {
 func (s *idScanner) flushHunk(sum *[sha1.Size]byte) {
 	s.h.Write(s.buf)
 	s.buf = s.buf[:0]
-	var d [sha1.Size]byte
-	s.h.Sum(d[:0])
+	d := s.h.Sum(s.digest[:0])
 	s.h.Reset()
 	carry := uint(0)
 	for i := range sum {
