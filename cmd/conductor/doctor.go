@@ -57,7 +57,12 @@ CONDUCTOR_BWRAP (path of bwrap).`,
 			if err != nil {
 				return err
 			}
-			rep := sandbox.Probe(c.Context, sbOpts)
+			// Where runs will put worktrees: the sandbox uid must reach it.
+			base := d.Getenv("WORKER_WORKTREE_BASE")
+			if base == "" {
+				base = d.config(c).WorktreesDir()
+			}
+			rep := sandbox.Probe(c.Context, sbOpts, base)
 			return printDoctor(d.Stdout, rep, opts)
 		},
 	}

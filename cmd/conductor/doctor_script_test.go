@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 
 // TestScriptDoctor runs testdata/script/doctor. The [sandbox] condition is
 // true when the bwrap backend works here; without it the scripts that need
-// it skip locally and the test fails when CI=true.
+// it skip locally and the test fails when CI=true. [root]: the conductor
+// runs as root (the sandbox then drops to an unprivileged uid).
 func TestScriptDoctor(t *testing.T) {
 	_, bwrapErr := sandbox.NewWithOptions(sandbox.BackendBwrap, sandbox.Options{})
 	if bwrapErr != nil && os.Getenv("CI") == "true" {
@@ -19,10 +21,13 @@ func TestScriptDoctor(t *testing.T) {
 	}
 	p := scriptParams("doctor", nil)
 	p.Condition = func(cond string) (bool, error) {
-		if cond == "sandbox" {
+		switch cond {
+		case "sandbox":
 			return bwrapErr == nil, nil
+		case "root":
+			return os.Geteuid() == 0, nil
 		}
-		return false, nil
+		return false, fmt.Errorf("unknown condition %q", cond)
 	}
 	testscript.Run(t, p)
 }

@@ -48,37 +48,91 @@ func (o Options) PrepareWorktree(dir string) error {
 	return handOver(real, id)
 }
 
+// Reachable reports whether the sandbox uid can reach path (which need not
+// exist yet: its nearest existing ancestor is checked), with an error naming
+// the folder that blocks it and the fix. It is always nil when the
+// conductor is not root (the sandbox then runs as the conductor's uid).
+func (o Options) Reachable(path string) error {
+	id, err := o.identity()
+	if err != nil {
+		return err
+	}
+	if !id.drop {
+		return nil
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("%q is not an absolute path", path)
+	}
+	p := filepath.Clean(path)
+	for {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("%s is not a folder", p)
+			}
+			break
+		}
+		if p == "/" {
+			return err
+		}
+		p = filepath.Dir(p)
+	}
+	// p itself must be traversable too: worktrees are created below it.
+	if b := blockedFolder(p, id); b != "" {
+		return unreachable(path, b, id)
+	}
+	return nil
+}
+
 // checkReachable verifies that the sandbox uid can traverse every ancestor
 // of dir (search permission), reporting the first that blocks it.
 func checkReachable(dir string, id identity) error {
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+	if p := blockedFolder(filepath.Dir(dir), id); p != "" {
+		return unreachable("worktree "+dir, p, id)
+	}
+	return nil
+}
+
+// blockedFolder returns the first of dir and its ancestors, from dir up,
+// that the sandbox uid may not traverse ("" when none).
+func blockedFolder(dir string, id identity) string {
+	var blocked string
+	for p := dir; ; p = filepath.Dir(p) {
 		fi, err := os.Stat(p)
 		if err != nil {
-			return fmt.Errorf("worktree %s: %w", dir, err)
+			return p
 		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			mode := fi.Mode().Perm()
+			var can bool
+			switch {
+			case int(st.Uid) == id.uid:
+				can = mode&0o100 != 0
+			case int(st.Gid) == id.gid:
+				can = mode&0o010 != 0
+			default:
+				can = mode&0o001 != 0
+			}
+			if !can {
+				blocked = p // keep going: report the topmost
+			}
 		}
-		mode := fi.Mode().Perm()
-		var can bool
-		switch {
-		case int(st.Uid) == id.uid:
-			can = mode&0o100 != 0
-		case int(st.Gid) == id.gid:
-			can = mode&0o010 != 0
-		default:
-			can = mode&0o001 != 0
-		}
-		if !can {
-			return fmt.Errorf("worktree %s is not reachable by the sandbox uid %d: %s is mode %04o owned by %d:%d; "+
-				"put worktrees under a folder every user can traverse (e.g. WORKER_WORKTREE_BASE=/var/lib/conductor/worktrees) "+
-				"or grant it with `chmod o+x %s`", dir, id.uid, p, mode, st.Uid, st.Gid, p)
-		}
-		if p == "/" {
-			return nil
+		if p == "/" || p == "." {
+			return blocked
 		}
 	}
+}
+
+func unreachable(what, blocked string, id identity) error {
+	desc := blocked
+	if fi, err := os.Stat(blocked); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			desc = fmt.Sprintf("%s is mode %04o owned by %d:%d", blocked, fi.Mode().Perm(), st.Uid, st.Gid)
+		}
+	}
+	return fmt.Errorf("%s is not reachable by the sandbox uid %d: %s; "+
+		"put worktrees under a folder every user can traverse (e.g. WORKER_WORKTREE_BASE=/var/lib/conductor/worktrees) "+
+		"or grant it with `chmod o+x %s`", what, id.uid, desc, blocked)
 }
 
 // handOver lchowns every entry of dir (dir included) that is not already

@@ -57,11 +57,23 @@ func (r Report) Backend(name string) (BackendReport, bool) {
 }
 
 // Probe checks every backend on this machine by really running a command
-// in it where it can.
-func Probe(ctx context.Context, o Options) Report {
+// in it where it can. worktreeBases are the folders runs will create
+// worktrees in: bwrap works only if the sandbox uid can reach them.
+func Probe(ctx context.Context, o Options, worktreeBases ...string) Report {
 	o = o.withDefaults()
 	r := Report{OS: runtime.GOOS, EUID: os.Geteuid()}
 	bw := probeBwrap(ctx, o)
+	if bw.Works {
+		for _, base := range worktreeBases {
+			if err := o.Reachable(base); err != nil {
+				bw.Checks = append(bw.Checks, Check{Name: "worktree base reachable", Detail: err.Error()})
+				bw.Works = false
+				bw.Detail = "the sandbox uid cannot reach the worktree base: every command of a run would fail"
+			} else {
+				bw.Checks = append(bw.Checks, Check{Name: "worktree base reachable", OK: true, Detail: base})
+			}
+		}
+	}
 	r.Backends = append(r.Backends, bw)
 	if bw.Works {
 		r.Default = BackendBwrap
