@@ -112,14 +112,6 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	now := o.Now()
 	committer := []string{"GIT_COMMITTER_NAME=" + o.Committer.Name, "GIT_COMMITTER_EMAIL=" + o.Committer.Email,
 		fmt.Sprintf("GIT_COMMITTER_DATE=@%d %s", now.Unix(), now.Format("-0700"))}
-	cg := l.g.WithEnv(l.approved.Author.env("GIT_AUTHOR")...).WithEnv(committer...)
-	b, err := cg.RunInput(ctx, strings.NewReader(msg), "commit-tree", tree, "-p", tip)
-	if err != nil {
-		return "", err
-	}
-	newCommit := strings.TrimSpace(string(b))
-	o.Fault("commit")
-
 	note, err := json.MarshalIndent(l.receipt(out.PatchID, out.Gate), "", "  ")
 	if err != nil {
 		return "", err
@@ -132,7 +124,28 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	defer nlock.release()
 	ng := l.g.WithEnv(committer...).WithEnv("GIT_AUTHOR_NAME="+o.Committer.Name, "GIT_AUTHOR_EMAIL="+o.Committer.Email,
 		"GIT_AUTHOR_DATE="+strings.TrimPrefix(committer[2], "GIT_COMMITTER_DATE="))
-	notesOld, notesNew, err := l.noteCommit(ctx, ng, newCommit, append(note, '\n'))
+	// The commit and the note's objects are written side by side.
+	type made struct {
+		commit string
+		err    error
+	}
+	mc := make(chan made, 1)
+	go func() {
+		cg := l.g.WithEnv(l.approved.Author.env("GIT_AUTHOR")...).WithEnv(committer...)
+		b, err := cg.RunInput(ctx, strings.NewReader(msg), "commit-tree", tree, "-p", tip)
+		mc <- made{strings.TrimSpace(string(b)), err}
+	}()
+	np, nerr := l.prepareNote(ctx, ng, append(note, '\n'))
+	m := <-mc
+	if m.err != nil {
+		return "", m.err
+	}
+	if nerr != nil {
+		return "", fmt.Errorf("receipt note: %w", nerr)
+	}
+	newCommit := m.commit
+	o.Fault("commit")
+	notesOld, notesNew, err := np.commit(ctx, ng, newCommit)
 	if err != nil {
 		return "", fmt.Errorf("receipt note: %w", err)
 	}
@@ -194,27 +207,40 @@ func gateSummary(rs []GateResult) string {
 	return "passed: " + strings.Join(parts, "; ")
 }
 
-// noteCommit builds (without moving any ref) the notes commit that adds note
-// to commit on top of the current notes ref. It returns the ref's current
-// value ("" when absent) and the new notes commit.
-func (l *lander) noteCommit(ctx context.Context, g patch.Git, commit string, note []byte) (string, string, error) {
+// notePrep is a receipt note ready to be committed onto the notes ref.
+type notePrep struct {
+	old     string // the notes ref's value ("" when absent)
+	blob    string
+	listing []byte // ls-tree -z of the notes tree
+}
+
+// prepareNote writes the note's blob and reads the current notes tree.
+func (l *lander) prepareNote(ctx context.Context, g patch.Git, note []byte) (notePrep, error) {
+	var np notePrep
 	objs, err := lookup(ctx, l.g, NotesRef)
 	if err != nil {
-		return "", "", err
+		return np, err
 	}
-	old := objs[0].OID
+	np.old = objs[0].OID
 	blob, err := g.RunInput(ctx, bytes.NewReader(note), "hash-object", "-w", "--stdin")
 	if err != nil {
-		return "", "", err
+		return np, err
 	}
-	var listing []byte
-	if old != "" {
-		if listing, err = g.Run(ctx, "ls-tree", "-z", old); err != nil {
-			return "", "", err
+	np.blob = strings.TrimSpace(string(blob))
+	if np.old != "" {
+		if np.listing, err = g.Run(ctx, "ls-tree", "-z", np.old); err != nil {
+			return np, err
 		}
 	}
+	return np, nil
+}
+
+// commit builds (without moving any ref) the notes commit that adds the
+// note to commit on top of the notes ref's current value and returns that
+// value and the new notes commit.
+func (np notePrep) commit(ctx context.Context, g patch.Git, commit string) (string, string, error) {
 	var in bytes.Buffer
-	for _, e := range bytes.Split(listing, []byte{0}) {
+	for _, e := range bytes.Split(np.listing, []byte{0}) {
 		if len(e) == 0 {
 			continue
 		}
@@ -224,20 +250,20 @@ func (l *lander) noteCommit(ctx context.Context, g patch.Git, commit string, not
 		in.Write(e)
 		in.WriteByte(0)
 	}
-	fmt.Fprintf(&in, "100644 blob %s\t%s\x00", strings.TrimSpace(string(blob)), commit)
+	fmt.Fprintf(&in, "100644 blob %s\t%s\x00", np.blob, commit)
 	tree, err := g.RunInput(ctx, &in, "mktree", "-z")
 	if err != nil {
 		return "", "", err
 	}
 	args := []string{"commit-tree", strings.TrimSpace(string(tree)), "-m", "Notes added by 'conductor land'"}
-	if old != "" {
-		args = append(args, "-p", old)
+	if np.old != "" {
+		args = append(args, "-p", np.old)
 	}
 	nc, err := g.Line(ctx, args...)
 	if err != nil {
 		return "", "", err
 	}
-	return old, nc, nil
+	return np.old, nc, nil
 }
 
 // findLanded looks for a commit carrying this decision's Decision-Id trailer
@@ -248,7 +274,11 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 		return commit{}, false, nil
 	}
 	rng := tip
-	if base, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID); err == nil && base != "" {
+	base, err := l.mergeBase(ctx, tip)
+	if err != nil {
+		return commit{}, false, err
+	}
+	if base != "" {
 		rng = base + ".." + tip
 	}
 	b, err := l.g.Run(ctx, "log", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)

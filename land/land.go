@@ -179,7 +179,8 @@ type lander struct {
 	ref      string // refs/heads/<target>
 	workRef  string
 	approved commit
-	dataDir  string // DataRoot/land/<key>
+	bases    map[string]string // merge base of each tip with the approved commit
+	dataDir  string            // DataRoot/land/<key>
 	key      string
 }
 
@@ -406,16 +407,43 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if err := o.Rules.TargetAllowed(l.target); err != nil {
 		return "", err
 	}
-	base, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID)
+	base, err := l.mergeBase(ctx, tip)
 	if err != nil {
-		var ge *patch.GitError
-		if errors.As(err, &ge) && len(ge.Stderr) == 0 {
-			return "", policy.Refuse("conflict",
-				fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
-				"rebase the work onto the target and review again")
-		}
 		return "", err
 	}
+	if base == "" {
+		return "", policy.Refuse("conflict",
+			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
+			"rebase the work onto the target and review again")
+	}
+	// The squash and its patch-id run while the policy is checked: both
+	// only read (merge-tree writes unreferenced objects at most).
+	type squashed struct {
+		tree, pid string
+		err       error
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	sq := make(chan squashed, 1)
+	received := false
+	defer func() {
+		cancel()
+		if !received {
+			<-sq // never return while its git processes and temp files live
+		}
+	}()
+	go func() {
+		tree, err := l.squash(sctx, tip)
+		if err != nil {
+			sq <- squashed{err: err}
+			return
+		}
+		pid, err := bindingPatchID(sctx, l.g, tip, tree)
+		if err != nil {
+			err = fmt.Errorf("patch-id of the squash: %w", err)
+		}
+		sq <- squashed{tree: tree, pid: pid, err: err}
+	}()
+
 	changes, err := l.changes(ctx, base, l.approved.OID)
 	if err != nil {
 		return "", err
@@ -434,18 +462,20 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	o.Fault("policy")
 
 	// 5. Squash onto the tip: a tree, no checkout.
-	tree, err := l.squash(ctx, tip)
-	if err != nil {
-		return "", err
+	res := <-sq
+	received = true
+	if res.err != nil {
+		var rf *policy.Refusal
+		if errors.As(res.err, &rf) {
+			return "", rf
+		}
+		return "", res.err
 	}
+	tree, pid := res.tree, res.pid
 	out.Tree = tree
 	o.Fault("squash")
 
 	// 6. The squash's patch-id equals the reviewed one.
-	pid, err := bindingPatchID(ctx, l.g, tip, tree)
-	if err != nil {
-		return "", fmt.Errorf("patch-id of the squash: %w", err)
-	}
 	if pid != l.v.PatchID {
 		return "", policy.Refuse("patch-id-mismatch",
 			fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(pid), l.v.PatchID),
@@ -538,4 +568,25 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
+}
+
+// mergeBase returns (and caches) the merge base of tip and the approved
+// commit; "" when they share no history.
+func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
+	if b, ok := l.bases[tip]; ok {
+		return b, nil
+	}
+	b, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID)
+	if err != nil {
+		var ge *patch.GitError
+		if !errors.As(err, &ge) || len(ge.Stderr) != 0 {
+			return "", err
+		}
+		b = ""
+	}
+	if l.bases == nil {
+		l.bases = map[string]string{}
+	}
+	l.bases[tip] = b
+	return b, nil
 }
