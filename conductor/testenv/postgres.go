@@ -103,7 +103,7 @@ func NewPostgresDatabase() (string, error) {
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+name); err != nil {
 		return "", fmt.Errorf("testenv: create schema %s: %w", name, err)
 	}
-	return pg.url("postgres") + "&search_path=" + name, nil
+	return pg.url("postgres", "search_path", name), nil
 }
 
 func schemaName(u string) string {
@@ -114,8 +114,13 @@ func schemaName(u string) string {
 	return p.Query().Get("search_path")
 }
 
-func (s *pgServer) url(db string) string {
+// url is the URL of database db with extra query parameters (name, value
+// pairs).
+func (s *pgServer) url(db string, params ...string) string {
 	q := url.Values{}
+	for i := 0; i+1 < len(params); i += 2 {
+		q.Set(params[i], params[i+1])
+	}
 	q.Set("host", s.sock)
 	q.Set("user", "postgres")
 	q.Set("sslmode", "disable")
