@@ -1,0 +1,450 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/queue"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/roles"
+	"github.com/conductor-dev/conductor/runtask"
+	"github.com/conductor-dev/conductor/runtask/fakellm"
+)
+
+// toolStep is one scripted tool call.
+type toolStep struct {
+	tool string
+	args map[string]any
+}
+
+// overheadSteps are the 20 tool steps of the overhead row: five times
+// list, read, edit an existing file, write a new one.
+func (b *bench) overheadSteps() ([]toolStep, error) {
+	var steps []toolStep
+	for i := 0; i < 5; i++ {
+		d := (i * 37) % b.folders
+		dir := fmt.Sprintf("pkg%02d/d%04d", d%50, d)
+		file := b.path(d, 3)
+		body, err := b.git(b.repo, "--git-dir="+b.gitDir, "show", b.base+":"+file)
+		if err != nil {
+			return nil, err
+		}
+		// edit_file needs a unique string: the file's longest line.
+		var old string
+		for _, l := range strings.Split(body, "\n") {
+			if len(l) > len(old) {
+				old = l
+			}
+		}
+		if strings.Count(body, old) != 1 {
+			return nil, fmt.Errorf("%s: no unique line to edit", file)
+		}
+		steps = append(steps,
+			toolStep{runtask.ToolListDir, map[string]any{"path": dir}},
+			toolStep{runtask.ToolReadFile, map[string]any{"path": file}},
+			toolStep{runtask.ToolEditFile, map[string]any{"path": file, "old_string": old, "new_string": old + " // edited"}},
+			toolStep{runtask.ToolWriteFile, map[string]any{"path": fmt.Sprintf("new/n%d.go", i), "content": fmt.Sprintf("package n\n\nconst N%d = %d\n", i, i)}},
+		)
+	}
+	return steps, nil
+}
+
+// zeroModel answers from the conversation state with no latency: the reply
+// index is the number of assistant messages already sent, so it needs no
+// state of its own.
+type zeroModel struct{ steps []toolStep }
+
+func (m *zeroModel) Complete(_ context.Context, req runtask.ModelRequest) (runtask.ModelReply, error) {
+	n := 0
+	for _, msg := range req.Messages {
+		if msg.Role == openai.ChatMessageRoleAssistant {
+			n++
+		}
+	}
+	usage := &runtask.Usage{PromptTokens: 100, CompletionTokens: 10, TotalTokens: 110}
+	if n >= len(m.steps) {
+		return runtask.ModelReply{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, Content: "done"},
+			FinishReason: "stop", Usage: usage, Model: "bench"}, nil
+	}
+	s := m.steps[n]
+	args, err := json.Marshal(s.args)
+	if err != nil {
+		return runtask.ModelReply{}, err
+	}
+	return runtask.ModelReply{Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{
+		ID: fmt.Sprintf("call_%d", n), Type: openai.ToolTypeFunction, Function: openai.FunctionCall{Name: s.tool, Arguments: string(args)},
+	}}}, FinishReason: "tool_calls", Usage: usage, Model: "bench"}, nil
+}
+
+// rowOverhead: runtask.Run (20 tool steps, zero-latency model) against the
+// bare git pipeline doing the same edits: worktree add + edits + add -N +
+// diff | patch-id + worktree remove.
+func (b *bench) rowOverhead() error {
+	pol, err := policy.Load(roles.FS, "")
+	if err != nil {
+		return err
+	}
+	role, err := pol.Role("implementer")
+	if err != nil {
+		return err
+	}
+	dataRoot := filepath.Join(b.tmp, "run-data")
+	steps, err := b.overheadSteps()
+	if err != nil {
+		return err
+	}
+	task := func(session string) runtask.Task {
+		return runtask.Task{TaskVersion: 1, ID: "t-bench", Prompt: "Edit five files and add five.", Workspace: "bench",
+			Capabilities: runtask.Capabilities{Tools: []string{"read_file", "write_file", "edit_file", "list_dir"}},
+			Session:      session, TimeoutSeconds: 600, Base: b.base, MaxSteps: 30}
+	}
+	conductorRun := func(session, poolSize string) (time.Duration, error) {
+		var res runrec.Result
+		d, err := timed(func() (err error) {
+			res, err = runtask.Run(b.ctx, runtask.Options{Task: task(session), Config: conductor.Config{DataRoot: dataRoot}, Repo: b.repo,
+				Model: &zeroModel{steps: steps}, ModelName: "bench", ModelAlias: "bench", Role: role,
+				Getenv: envWith(map[string]string{"WORKER_POOL_SIZE": poolSize}), Stderr: io.Discard})
+			return err
+		})
+		if err != nil {
+			return 0, err
+		}
+		if res.Status != runrec.StatusSucceeded || res.Steps < 20 || len(res.FilesChanged) != 10 {
+			return 0, fmt.Errorf("run %s: status %s, %d steps, %d files changed (%s)", res.RunID, res.Status, res.Steps, len(res.FilesChanged), res.Error)
+		}
+		return d, nil
+	}
+	floorRun := func(i int) error {
+		wt, err := b.worktree(fmt.Sprintf("floor-%d", i), b.base)
+		if err != nil {
+			return err
+		}
+		for _, s := range steps {
+			p := filepath.Join(wt, s.args["path"].(string))
+			switch s.tool {
+			case runtask.ToolListDir:
+				if _, err := os.ReadDir(p); err != nil {
+					return err
+				}
+			case runtask.ToolReadFile:
+				if _, err := os.ReadFile(p); err != nil {
+					return err
+				}
+			case runtask.ToolEditFile:
+				data, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				old, nw := s.args["old_string"].(string), s.args["new_string"].(string)
+				if err := os.WriteFile(p, bytes.Replace(data, []byte(old), []byte(nw), 1), 0o644); err != nil {
+					return err
+				}
+			case runtask.ToolWriteFile:
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					return err
+				}
+				if err := os.WriteFile(p, []byte(s.args["content"].(string)), 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		if _, err := b.git(wt, "add", "-A", "-N", "."); err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if _, err := b.runProc(wt, "", &out, "sh", "-c", "git diff --binary HEAD | git patch-id --stable"); err != nil {
+			return err
+		}
+		if out.Len() < 40 {
+			return fmt.Errorf("floor: no patch-id")
+		}
+		return b.removeWorktree(wt)
+	}
+	if _, err := conductorRun("bench-fill", "1"); err != nil { // fills the pool, warms everything
+		return err
+	}
+	if err := floorRun(-1); err != nil {
+		return err
+	}
+	warm := row{name: "conductor overhead per task, 20 tool steps, warm pool vs bare git pipeline", goal: "≤ 1.10×", oursLabel: "run-task", floorLabel: "git"}
+	cold := row{name: "conductor overhead per task, 20 tool steps, no pool (fresh checkout) vs bare git pipeline", goal: "≤ 1.10×", oursLabel: "run-task", floorLabel: "git"}
+	for i := 0; i < b.sz.runs; i++ {
+		f, err := timed(func() error { return floorRun(i) })
+		if err != nil {
+			return err
+		}
+		w, err := conductorRun(fmt.Sprintf("bench-warm-%d", i), "1")
+		if err != nil {
+			return err
+		}
+		c, err := conductorRun(fmt.Sprintf("bench-cold-%d", i), "0")
+		if err != nil {
+			return err
+		}
+		warm.floor, warm.ours = append(warm.floor, f), append(warm.ours, w)
+		cold.floor, cold.ours = append(cold.floor, f), append(cold.ours, c)
+	}
+	warm.note = "runtask.Run in process with a zero-latency scripted model: task, worktree from the pool, 20 tool steps with fsynced transcript and session state, extraction, patch-id, run record, release; floor = `worktree add --detach` + the same edits + `add -A -N` + `diff --binary | patch-id --stable` + `worktree remove`"
+	cold.note = "the same with WORKER_POOL_SIZE=0: every task checks out a new worktree and removes it"
+	b.rows = append(b.rows, warm, cold)
+	return nil
+}
+
+// startRedis starts a private redis-server on a unix socket.
+func (b *bench) startRedis() (url string, stop func(), err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, fmt.Errorf("redis-server not found: install redis-server for the queue row")
+	}
+	dir := filepath.Join(b.tmp, "redis")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", nil, err
+	}
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700",
+		"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return "", nil, err
+	}
+	stop = func() { cmd.Process.Kill(); cmd.Wait() }
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return "unix://" + sock, stop, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return "", nil, fmt.Errorf("redis-server did not create %s within 10s", sock)
+		}
+	}
+}
+
+// rowQueue: one `conductor worker --concurrency 8` process on a real
+// redis-server against a scripted model that waits 50 ms per call. Bursts
+// of jobs measure throughput against the ideal (8 jobs at a time, each
+// costing only its model calls); jobs pushed one at a time into idle
+// workers measure enqueue-to-start latency.
+func (b *bench) rowQueue() error {
+	const workers, latency = 8, 50 * time.Millisecond
+	redisURL, stopRedis, err := b.startRedis()
+	if err != nil {
+		return err
+	}
+	defer stopRedis()
+	var turns []string
+	for i := 0; i < b.sz.queueSteps; i++ {
+		switch i % 3 {
+		case 0:
+			turns = append(turns, `{"latencyMs": 50, "toolCalls": [{"name": "read_file", "arguments": {"path": "README.md"}}]}`)
+		case 1:
+			turns = append(turns, fmt.Sprintf(`{"latencyMs": 50, "toolCalls": [{"name": "write_file", "arguments": {"path": "notes/n%d.md", "content": "step %d\n"}}]}`, i, i))
+		default:
+			turns = append(turns, `{"latencyMs": 50, "toolCalls": [{"name": "list_dir", "arguments": {"path": "."}}]}`)
+		}
+	}
+	script, err := fakellm.Parse([]byte(`{"mode": "history", "turns": [` + strings.Join(turns, ",") + `], "final": {"latencyMs": 50, "content": "done"}}`))
+	if err != nil {
+		return err
+	}
+	llm := fakellm.Start(*script)
+	defer llm.Close()
+
+	// A small workspace repository: the row measures the queue and the
+	// concurrency, not checkouts (those are the rows above).
+	home := filepath.Join(b.tmp, "queue")
+	repo := filepath.Join(home, "repo")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("# queue bench\n"), 0o644); err != nil {
+		return err
+	}
+	for _, args := range [][]string{{"init", "-q", "-b", "main"}, {"add", "-A"}, {"commit", "-qm", "init"}} {
+		if _, err := b.git(repo, args...); err != nil {
+			return err
+		}
+	}
+	data := filepath.Join(home, "data")
+	env := append(append([]string(nil), b.env...),
+		"CONDUCTOR_HOME="+data, "REDIS_URL="+redisURL,
+		"CONDUCTOR_MODEL_OLLAMA_QWEN_URL="+llm.URL(), "CONDUCTOR_MODEL_OLLAMA_QWEN_MODEL=fake",
+		fmt.Sprintf("CONDUCTOR_MODEL_OLLAMA_QWEN_MAX_CONCURRENT=%d", workers), fmt.Sprintf("WORKER_POOL_SIZE=%d", workers))
+	// Fill the worker's pool with one worktree per slot first, one at a
+	// time: the bench measures warm workers.
+	wtBase := filepath.Join(data, "worktrees")
+	env = append(env, "WORKER_WORKTREE_BASE="+wtBase)
+	pool := runtask.NewPool(wtBase, patch.Git{GitDir: filepath.Join(repo, ".git")}, envWith(map[string]string{"WORKER_POOL_SIZE": fmt.Sprint(workers)}))
+	head, err := b.git(repo, "rev-parse", "HEAD")
+	if err != nil {
+		return err
+	}
+	var leases []*runtask.Lease
+	for i := 0; i < workers; i++ {
+		l, err := pool.Acquire(b.ctx, head, "bench-fill")
+		if err != nil {
+			return fmt.Errorf("fill the pool: %w", err)
+		}
+		leases = append(leases, l)
+	}
+	for _, l := range leases {
+		if err := l.Release(b.ctx); err != nil {
+			return fmt.Errorf("fill the pool: %w", err)
+		}
+	}
+	var werr bytes.Buffer
+	worker := exec.Command(b.bin, "worker", "--concurrency", fmt.Sprint(workers), "--wait", "1", "--model", "ollama-qwen",
+		"--repo", repo, "--sandbox", "none", "--grace", "5s")
+	worker.Env, worker.Stdout, worker.Stderr = env, io.Discard, &werr
+	if err := worker.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		worker.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { worker.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			worker.Process.Kill()
+			<-done
+		}
+	}()
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+
+	seq := 0
+	push := func() (string, time.Time, error) {
+		seq++
+		id := fmt.Sprintf("r-bench-%04d", seq)
+		task := fmt.Sprintf(`{"taskVersion":1,"id":"t-q%04d","prompt":"take notes","workspace":"repo","capabilities":{"tools":["read","write","edit"]},"session":"q-%04d","timeoutSeconds":120,"role":"implementer"}`, seq, seq)
+		payload := fmt.Sprintf(`{"runId":%q,"task":%s}`, id, task)
+		t0 := time.Now()
+		return id, t0, rdb.RPush(b.ctx, queue.DefaultKey, payload).Err()
+	}
+	// wait polls the run records until every id has finished and returns
+	// their records.
+	wait := func(ids []string, limit time.Duration) (map[string]runrec.Result, error) {
+		got := map[string]runrec.Result{}
+		deadline := time.Now().Add(limit)
+		for len(got) < len(ids) {
+			if worker.ProcessState != nil {
+				return nil, fmt.Errorf("worker exited: %s", tail(werr.String(), 600))
+			}
+			for _, id := range ids {
+				if _, ok := got[id]; ok {
+					continue
+				}
+				raw, err := os.ReadFile(filepath.Join(data, "runs", id, runrec.ResultFile))
+				if err != nil {
+					continue
+				}
+				var res runrec.Result
+				if json.Unmarshal(raw, &res) != nil || res.FinishedAt.IsZero() {
+					continue
+				}
+				if res.Status != runrec.StatusSucceeded {
+					return nil, fmt.Errorf("run %s: %s: %s", id, res.Status, res.Error)
+				}
+				got[id] = res
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("%d of %d jobs finished within %s; worker log: %s", len(got), len(ids), limit, tail(werr.String(), 600))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return got, nil
+	}
+	burst := func(n int) (time.Duration, error) {
+		ids := make([]string, n)
+		var t0 time.Time
+		for i := range ids {
+			id, at, err := push()
+			if err != nil {
+				return 0, err
+			}
+			ids[i] = id
+			if i == 0 {
+				t0 = at
+			}
+		}
+		got, err := wait(ids, 5*time.Minute)
+		if err != nil {
+			return 0, err
+		}
+		var last time.Time
+		for _, r := range got {
+			if r.FinishedAt.After(last) {
+				last = r.FinishedAt
+			}
+		}
+		return last.Sub(t0), nil
+	}
+	// Warm up: fill the pool with one worktree per slot.
+	if _, err := burst(workers); err != nil {
+		return err
+	}
+	calls := b.sz.queueSteps + 1
+	perJob := time.Duration(calls) * latency
+	ideal := time.Duration(int(math.Ceil(float64(b.sz.queueJobs)/workers))) * perJob
+	var ratios []float64
+	var took []time.Duration
+	for i := 0; i < b.sz.queueBursts; i++ {
+		d, err := burst(b.sz.queueJobs)
+		if err != nil {
+			return err
+		}
+		took = append(took, d)
+		ratios = append(ratios, ideal.Seconds()/d.Seconds())
+	}
+	// Latency: jobs pushed one at a time into idle workers.
+	var lat []float64
+	for i := 0; i < b.sz.latencyJobs; i++ {
+		id, at, err := push()
+		if err != nil {
+			return err
+		}
+		got, err := wait([]string{id}, time.Minute)
+		if err != nil {
+			return err
+		}
+		lat = append(lat, got[id].StartedAt.Sub(at).Seconds())
+		time.Sleep(time.Duration(20+(i*37)%80) * time.Millisecond)
+	}
+	sort.Float64s(lat)
+	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(math.Ceil(p*float64(len(lat))))-1)] }
+	med, lo, hi := stats(ratios)
+	tm, tlo, thi := stats(secs(took))
+	jobsPerSec := float64(b.sz.queueJobs) / tm
+	b.rows = append(b.rows, row{
+		name: fmt.Sprintf("queue: %d concurrent workers, model 50 ms per call, %d jobs × %d calls", workers, b.sz.queueJobs, calls),
+		oursCell: fmt.Sprintf("%s (%s–%s) per burst, %.1f jobs/s; enqueue→start p50 %s, p99 %s", fmtDur(tm), fmtDur(tlo), fmtDur(thi), jobsPerSec,
+			fmtDur(pct(0.50)), fmtDur(pct(0.99))),
+		floorCell: fmt.Sprintf("ideal %s per burst, %.1f jobs/s", fmtDur(ideal.Seconds()), float64(b.sz.queueJobs)/ideal.Seconds()),
+		ratioCell: fmt.Sprintf("**%.2f×** ideal (%.2f–%.2f)", med, lo, hi),
+		goal:      "≥ 0.90× ideal",
+		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %d bursts; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt)",
+			workers, workers, b.sz.queueBursts, len(lat)),
+	})
+	return nil
+}
