@@ -327,6 +327,29 @@ func TestOpenEmbeddedBadInput(t *testing.T) {
 				copy(b, "SQLite format 9\x00garbage-garbage-garbage")
 				return b
 			}},
+			{"damaged pages", func(t *testing.T, path string) []byte {
+				s, err := Open(ctx, Options{DataRoot: filepath.Dir(path)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for i := range 30 {
+					if _, err := s.RaiseDecision(ctx, Decision{Kind: "x", RaisedBy: strings.Repeat("y", i*50)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				s.Close()
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(b) < 4096*4 {
+					t.Fatalf("store is only %d bytes", len(b))
+				}
+				for i := 4096 * 2; i < len(b); i++ {
+					b[i] = 0xff
+				}
+				return b
+			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				root := t.TempDir()
