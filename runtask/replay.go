@@ -1,11 +1,15 @@
 package runtask
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -34,8 +38,18 @@ type replayClient struct {
 // NewReplay loads a fakellm script (see package fakellm for the format) and
 // returns a model client that plays it. Retries of scripted 429/5xx turns
 // happen at once; scripted latency is honoured.
+//
+// A FILE ending in .jsonl is a run's transcript.jsonl: its model turns are
+// replayed (see ScriptFromTranscript), so any recorded run can be re-run
+// offline.
 func NewReplay(file string, opts ...ClientOption) (ModelClient, error) {
-	script, err := modelscript.Load(file)
+	var script *modelscript.Script
+	var err error
+	if strings.HasSuffix(file, ".jsonl") {
+		script, err = loadTranscriptScript(file)
+	} else {
+		script, err = modelscript.Load(file)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replay model: %w", err)
 	}
@@ -127,4 +141,87 @@ func (w *memResponse) WriteHeader(code int) {
 func (w *memResponse) Write(b []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
 	return w.body.Write(b)
+}
+
+func loadTranscriptScript(file string) (*modelscript.Script, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s, err := ScriptFromTranscript(f)
+	if err != nil {
+		return nil, fmt.Errorf("transcript %s: %w", file, err)
+	}
+	return s, nil
+}
+
+// ScriptFromTranscript turns a run transcript (JSON lines; the lines of
+// type "model" carry the assistant message, finish reason and usage) into a
+// script in "history" mode that answers with the same turns. Other lines
+// are skipped; a line that is not JSON is an error naming its number.
+func ScriptFromTranscript(r io.Reader) (*modelscript.Script, error) {
+	type line struct {
+		Type    string `json:"type"`
+		Message *struct {
+			Content   string `json:"content"`
+			ToolCalls []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"tool_calls"`
+		} `json:"message"`
+		FinishReason string `json:"finishReason"`
+		Usage        *Usage `json:"usage"`
+		UsageUnknown bool   `json:"usageUnknown"`
+	}
+	s := &modelscript.Script{Mode: modelscript.ModeHistory}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var l line
+		if err := json.Unmarshal(text, &l); err != nil {
+			// A crash can cut the last line short; anything else is damage.
+			if !sc.Scan() {
+				break
+			}
+			return nil, fmt.Errorf("line %d: %v", n, err)
+		}
+		if l.Type != "model" || l.Message == nil {
+			continue
+		}
+		t := modelscript.Turn{Name: fmt.Sprintf("recorded turn %d", len(s.Turns)+1), Content: l.Message.Content}
+		for _, c := range l.Message.ToolCalls {
+			args, _ := json.Marshal(c.Function.Arguments)
+			t.ToolCalls = append(t.ToolCalls, modelscript.ToolCall{ID: c.ID, Name: c.Function.Name, Arguments: args})
+		}
+		if l.FinishReason != "" && !(len(t.ToolCalls) > 0 && l.FinishReason == "tool_calls") && !(len(t.ToolCalls) == 0 && l.FinishReason == "stop") {
+			t.FinishReason = l.FinishReason
+		}
+		switch {
+		case l.Usage != nil:
+			t.Usage = &modelscript.Usage{PromptTokens: int(l.Usage.PromptTokens), CompletionTokens: int(l.Usage.CompletionTokens), TotalTokens: int(l.Usage.TotalTokens)}
+		case l.UsageUnknown:
+			t.Quirks = []string{modelscript.QuirkNoUsage}
+		}
+		s.Turns = append(s.Turns, t)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(s.Turns) == 0 {
+		return nil, errors.New("no model turns to replay")
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

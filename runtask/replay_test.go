@@ -255,3 +255,62 @@ func TestDemoScript(t *testing.T) {
 		t.Fatalf("sequence %s", got)
 	}
 }
+
+// TestReplayTranscript replays a run transcript written with the tool
+// loop's own line type, so a change of the transcript format shows here.
+func TestReplayTranscript(t *testing.T) {
+	calls := openai.ChatCompletionMessage{Role: "assistant", Content: "Reading.", ToolCalls: []openai.ToolCall{
+		{ID: "call_1", Type: "function", Function: openai.FunctionCall{Name: "read_file", Arguments: `{"path":"a.go"}`}},
+	}}
+	final := openai.ChatCompletionMessage{Role: "assistant", Content: "Done: fixed a.go."}
+	lines := []transcriptLine{
+		{Type: lineSystem, Text: "you are a worker"},
+		{Type: lineUser, Text: "fix a.go"},
+		{Type: lineModel, Step: 1, Message: &calls, FinishReason: "tool_calls", Usage: &Usage{PromptTokens: 100, CompletionTokens: 10, TotalTokens: 110}},
+		{Type: lineToolCall, Step: 1, CallID: "call_1", Tool: "read_file", Arguments: `{"path":"a.go"}`},
+		{Type: lineToolResult, Step: 1, CallID: "call_1", Content: "package a"},
+		{Type: lineModel, Step: 2, Message: &final, FinishReason: "stop", UsageUnknown: true},
+	}
+	var buf strings.Builder
+	for _, l := range lines {
+		b, err := json.Marshal(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	buf.WriteString(`{"type":"model","message":{"content":"cut sh`) // a crash mid-line
+	p := filepath.Join(t.TempDir(), "transcript.jsonl")
+	if err := os.WriteFile(p, []byte(buf.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewReplay(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := baseRequest()
+	r1, err := c.Complete(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Message.Content != "Reading." || len(r1.Message.ToolCalls) != 1 || r1.Message.ToolCalls[0].ID != "call_1" ||
+		r1.Message.ToolCalls[0].Function.Arguments != `{"path":"a.go"}` || r1.Usage == nil || r1.Usage.TotalTokens != 110 || r1.FinishReason != "tool_calls" {
+		t.Fatalf("turn 1: %+v", r1)
+	}
+	r2, err := c.Complete(context.Background(), continueWith(req, r1, "package a"))
+	if err != nil || r2.Message.Content != "Done: fixed a.go." || r2.Usage != nil || r2.FinishReason != "stop" {
+		t.Fatalf("turn 2: %+v %v", r2, err)
+	}
+
+	for name, body := range map[string]string{
+		"no model turns": `{"type":"user","text":"x"}` + "\n",
+		"damaged line":   "not json\n" + `{"type":"user"}` + "\n",
+	} {
+		p := filepath.Join(t.TempDir(), "t.jsonl")
+		os.WriteFile(p, []byte(body), 0o644)
+		if _, err := NewReplay(p); err == nil || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: err %v", name, err)
+		}
+	}
+}
