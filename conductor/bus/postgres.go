@@ -92,6 +92,9 @@ func (b *postgresBackend) retryable(err error) bool {
 
 func (b *postgresBackend) describe(err error) error {
 	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "3F000" { // invalid_schema_name
+		return describedf("bus store %s: the search_path names no schema that exists (%w); create the schema or fix the URL", b.display, err)
+	}
 	if errors.As(err, &pe) || pgconn.Timeout(err) || errors.As(err, new(*pgconn.ConnectError)) {
 		msg := b.redact(err)
 		if msg != err.Error() {

@@ -492,6 +492,13 @@ func TestOpenPostgresBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("search_path without a schema", func(t *testing.T) {
+		url := strings.Replace(testenv.Postgres(t), "search_path=", "search_path=nosuchschema", 1)
+		_, err := Open(ctx, Options{DatabaseURL: url})
+		if err == nil || !strings.Contains(err.Error(), "the search_path names no schema that exists") {
+			t.Fatalf("err = %v", err)
+		}
+	})
 	t.Run("wrong database", func(t *testing.T) {
 		url := testenv.Postgres(t)
 		bad := strings.Replace(url, "postgres:///", "postgres:///nosuchdb_", 1)
