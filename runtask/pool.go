@@ -189,7 +189,7 @@ func (p *Pool) slots() ([]string, error) {
 	}
 	var out []string
 	for _, e := range entries {
-		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && !strings.HasPrefix(name, ".") {
+		if name, ok := strings.CutSuffix(e.Name(), ".json"); ok && !e.IsDir() && strings.HasPrefix(name, "wt-") {
 			out = append(out, name)
 		}
 	}
@@ -443,9 +443,30 @@ var inProgress = []string{"MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "CHERRY_PICK_
 	"BISECT_LOG", "BISECT_START", "BISECT_TERMS", "BISECT_EXPECTED_REV", "rebase-merge", "rebase-apply", "sequencer",
 	"index.lock", "AUTO_MERGE", "ORIG_HEAD"}
 
+// restoreDotGit makes the worktree's .git the file git wrote ("gitdir:
+// <private git dir>"), replacing whatever a worker's command may have put
+// there: a .git the worker wrote must never run anything for the operator
+// or a later task.
+func (l *Lease) restoreDotGit() error {
+	p := filepath.Join(l.Meta.Worktree, ".git")
+	want := "gitdir: " + l.Meta.GitDir + "\n"
+	if fi, err := os.Lstat(p); err == nil && fi.Mode().IsRegular() {
+		if b, err := os.ReadFile(p); err == nil && string(b) == want {
+			return nil
+		}
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("worktree %s: remove a replaced .git: %w", l.Meta.Slot, err)
+	}
+	return runrec.WriteFileAtomic(p, []byte(want), 0o644)
+}
+
 // reset returns the worktree to base completely.
 func (l *Lease) reset(ctx context.Context, base string) error {
 	g := l.Git
+	if err := l.restoreDotGit(); err != nil {
+		return err
+	}
 	for _, name := range inProgress {
 		os.RemoveAll(filepath.Join(l.Meta.GitDir, name))
 	}
@@ -550,6 +571,9 @@ func (l *Lease) Release(ctx context.Context) error {
 func (l *Lease) Keep() error {
 	if l.lock == nil {
 		return nil
+	}
+	if err := l.restoreDotGit(); err != nil {
+		return err
 	}
 	l.Meta.LastUsed = l.pool.Now()
 	err := l.pool.withPoolLock(func() error { return l.pool.writeMeta(l.Meta) })

@@ -232,3 +232,45 @@ func TestPoolAdoptKeepsOwner(t *testing.T) {
 	}
 	a.Release(ctx)
 }
+
+// A .git a worker's command replaced is restored before the worktree is
+// kept or pooled: it never runs anything for the operator.
+func TestPoolRestoresDotGit(t *testing.T) {
+	ctx := context.Background()
+	p, _, base := newTestPool(t, 2)
+	for _, keep := range []bool{true, false} {
+		l, err := p.Acquire(ctx, base, "o")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dotgit := filepath.Join(l.Dir(), ".git")
+		want, err := os.ReadFile(dotgit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(dotgit); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dotgit, "config"), "[core]\n\tfsmonitor = touch /tmp/pwned\n")
+		write(t, filepath.Join(dotgit, "HEAD"), "ref: refs/heads/main\n")
+		if keep {
+			err = l.Keep()
+		} else {
+			err = l.Release(ctx)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(dotgit)
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("keep=%v: .git = %q, %v; want %q", keep, got, err, want)
+		}
+		if keep {
+			l2, err := p.Adopt(ctx, l.Meta.Slot, "o")
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2.Release(ctx)
+		}
+	}
+}
