@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,22 +127,53 @@ func runGate(ctx context.Context, cmds []policy.GateCommand, dir string, env []s
 	return results, nil
 }
 
-// gateEnv is the environment of gate commands: an allowlist of the
-// conductor's own environment (no credentials), plus what the gate may want
-// to know about the landing.
-func gateEnv(getenv func(string) string, extra ...string) []string {
-	names := []string{"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM",
-		"GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOTOOLCHAIN", "GOPROXY", "GONOSUMDB", "GOPRIVATE", "CGO_ENABLED",
-		"CI"}
+// gateEnvNames are the variables the gate takes from the conductor's
+// environment (the same allowlist as review's gate): no token, key or URL
+// with a password passes.
+var gateEnvNames = []string{
+	"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+	"GOROOT", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GONOSUMDB", "GONOSUMCHECK",
+	"GOPRIVATE", "GOTOOLCHAIN", "CGO_ENABLED", "GOTMPDIR",
+}
+
+// gateEnv is the environment of gate commands run under the scratch root:
+// the allowlist, HOME and TMPDIR inside root, Go's caches kept where the
+// conductor's are (a gate is not a cold build), git discovery stopped at
+// root, CI=true, CONDUCTOR_GATE=1, plus what the gate may want to know about
+// the landing.
+func gateEnv(getenv func(string) string, root string, extra ...string) []string {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	env := make([]string, 0, len(names)+len(extra))
-	for _, n := range names {
+	env := make([]string, 0, len(gateEnvNames)+16)
+	for _, n := range gateEnvNames {
 		if v := getenv(n); v != "" {
 			env = append(env, n+"="+v)
 		}
 	}
+	home := getenv("HOME")
+	if getenv("GOCACHE") == "" {
+		if c := getenv("XDG_CACHE_HOME"); c != "" {
+			env = append(env, "GOCACHE="+filepath.Join(c, "go-build"))
+		} else if home != "" {
+			env = append(env, "GOCACHE="+filepath.Join(home, ".cache", "go-build"))
+		}
+	}
+	if getenv("GOPATH") == "" && home != "" {
+		if getenv("GOMODCACHE") == "" {
+			env = append(env, "GOMODCACHE="+filepath.Join(home, "go", "pkg", "mod"))
+		}
+		env = append(env, "GOPATH="+filepath.Join(home, "go"))
+	}
+	env = append(env,
+		"HOME="+filepath.Join(root, "home"),
+		"TMPDIR="+filepath.Join(root, "tmp"),
+		"GIT_CEILING_DIRECTORIES="+root,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_TERMINAL_PROMPT=0",
+		"CI=true",
+		"CONDUCTOR_GATE=1",
+	)
 	return append(env, extra...)
 }
 

@@ -25,13 +25,26 @@ func TestLandHappyPath(t *testing.T) {
 			f := newFixture(t)
 			marker := filepath.Join(t.TempDir(), "gate.log")
 			f.rules.gate = []policy.GateCommand{{Name: "check", Argv: []string{"sh", "-c",
-				`echo "$CONDUCTOR_LAND_TREE $CONDUCTOR_LAND_MODE $(ls | tr '\n' ' ')" >> ` + marker}}}
+				`echo "$CONDUCTOR_LAND_TREE $CONDUCTOR_LAND_MODE $(ls | tr '\n' ' ')" >> ` + marker +
+					// no way back to the repository, no credential, a scratch HOME
+					` && test ! -e .git && ! git rev-parse --git-dir 2>/dev/null && ! env | grep -q s3cret && test "$HOME" != /root-home`}}}
 			// main moves on elsewhere after the work was based.
 			id, approvedCommit := f.approved("a", change)
 			f.commit("refs/heads/main", "", map[string]string{"docs/other.md": "other\n"}, "unrelated")
 			tip := f.rev("refs/heads/main")
 
-			out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree })
+			out, err := f.land(id, func(o *Options) {
+				o.Worktree = mode == ModeWorktree
+				o.Getenv = func(k string) string {
+					switch k {
+					case "HOME":
+						return "/root-home"
+					case "GITEA_TOKEN", "OPENAI_API_KEY":
+						return "s3cret"
+					}
+					return os.Getenv(k)
+				}
+			})
 			if err != nil {
 				t.Fatalf("land: %v", err)
 			}

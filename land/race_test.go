@@ -19,10 +19,10 @@ import (
 
 // gateCommitsToMain is a gate that commits to main (at most max times,
 // counted in a file) — the target advancing while the gate runs.
-func gateCommitsToMain(counter string, max int) policy.GateCommand {
+func gateCommitsToMain(gitdir, counter string, max int) policy.GateCommand {
 	script := fmt.Sprintf(`n=$(cat %[1]s 2>/dev/null || echo 0); [ "$n" -ge %[2]d ] && exit 0; echo $((n+1)) > %[1]s
-g="git --git-dir=$CONDUCTOR_LAND_GIT_DIR -c user.name=gate -c user.email=gate@example.test"
-c=$($g commit-tree "refs/heads/main^{tree}" -p refs/heads/main -m "gate commit $n") && $g update-ref refs/heads/main "$c"`, counter, max)
+g="git --git-dir=%[3]s -c user.name=gate -c user.email=gate@example.test"
+c=$($g commit-tree "refs/heads/main^{tree}" -p refs/heads/main -m "gate commit $n") && $g update-ref refs/heads/main "$c"`, counter, max, gitdir)
 	return policy.GateCommand{Name: "sneaky", Argv: []string{"sh", "-c", script}}
 }
 
@@ -31,7 +31,7 @@ func TestLandTargetMovesDuringGate(t *testing.T) {
 	t.Run("every time: target-moved, nothing lost", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t)
-		f.rules.gate = []policy.GateCommand{gateCommitsToMain(filepath.Join(t.TempDir(), "n"), 100)}
+		f.rules.gate = []policy.GateCommand{gateCommitsToMain(f.gitdir, filepath.Join(t.TempDir(), "n"), 100)}
 		id, _ := f.approved("a", change)
 		out, err := f.land(id, nil)
 		var rf *policy.Refusal
@@ -55,7 +55,7 @@ func TestLandTargetMovesDuringGate(t *testing.T) {
 	t.Run("once: the retry lands on the new tip", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t)
-		f.rules.gate = []policy.GateCommand{gateCommitsToMain(filepath.Join(t.TempDir(), "n"), 1)}
+		f.rules.gate = []policy.GateCommand{gateCommitsToMain(f.gitdir, filepath.Join(t.TempDir(), "n"), 1)}
 		id, _ := f.approved("a", change)
 		out, err := f.land(id, nil)
 		if err != nil || out.Status != StatusLanded || out.Attempts != 2 {

@@ -96,32 +96,35 @@ func (l *lander) squash(ctx context.Context, tip string) (string, error) {
 	return tree, nil
 }
 
-// gate runs the gate on exactly tree: with no checkout in an empty scratch
-// folder (ModeTree), or in a detached scratch worktree holding tree
-// (ModeWorktree). Either is removed before it returns.
+// gate runs the gate on exactly tree, in a scratch root under the data
+// root: root/tree is an empty folder (ModeTree) or a detached checkout of
+// tree with its .git link removed before any gate command runs (ModeWorktree),
+// so nothing the gate runs can reach the repository through git; root/home
+// and root/tmp are the commands' HOME and TMPDIR. The root and the worktree's
+// admin folder are removed before it returns.
 func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]GateResult, error) {
 	if len(cmds) == 0 && mode == ModeTree {
 		return nil, nil
 	}
 	scratchDir := filepath.Join(l.dataDir, "scratch")
-	if err := os.MkdirAll(scratchDir, 0o755); err != nil {
-		return nil, err
-	}
 	var suffix [4]byte
 	rand.Read(suffix[:])
-	dir := filepath.Join(scratchDir, "land-"+l.key+"-"+safeName(l.d.ID)+"-"+hex.EncodeToString(suffix[:]))
+	root := filepath.Join(scratchDir, "land-"+safeName(l.d.ID)+"-"+hex.EncodeToString(suffix[:]))
+	dir := filepath.Join(root, "tree")
+	for _, d := range []string{filepath.Join(root, "home"), filepath.Join(root, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	defer l.removeScratch(context.WithoutCancel(ctx), root)
 	if mode == ModeTree {
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
 	} else {
 		if _, err := l.g.Run(ctx, "worktree", "add", "--detach", "--no-checkout", dir, tip); err != nil {
-			os.RemoveAll(dir)
 			return nil, fmt.Errorf("scratch worktree: %w", err)
 		}
-	}
-	defer l.removeScratch(context.WithoutCancel(ctx), dir)
-	if mode == ModeWorktree {
 		wg, err := l.scratchGit(dir)
 		if err != nil {
 			return nil, err
@@ -137,15 +140,17 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		if got != tree {
 			return nil, fmt.Errorf("scratch worktree holds tree %s, expected %s", got, tree)
 		}
+		if err := os.Remove(filepath.Join(dir, ".git")); err != nil {
+			return nil, fmt.Errorf("scratch worktree: unlink .git: %w", err)
+		}
 		l.o.Fault("worktree")
 	}
-	env := gateEnv(l.o.Getenv,
+	env := gateEnv(l.o.Getenv, root,
 		"CONDUCTOR_LAND_DECISION="+l.d.ID,
 		"CONDUCTOR_LAND_TARGET="+l.target,
 		"CONDUCTOR_LAND_PARENT="+tip,
 		"CONDUCTOR_LAND_TREE="+tree,
 		"CONDUCTOR_LAND_REVIEWED="+l.approved.OID,
-		"CONDUCTOR_LAND_GIT_DIR="+l.g.GitDir,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
 	return runGate(ctx, cmds, dir, env)
@@ -191,26 +196,32 @@ func (l *lander) adminDirs() map[string]string {
 	return m
 }
 
-// removeScratch removes a scratch folder or worktree and its admin dir.
-func (l *lander) removeScratch(ctx context.Context, dir string) {
-	if admin, ok := l.adminDirs()[dir]; ok {
-		if _, err := l.g.Run(ctx, "worktree", "remove", "--force", "--force", dir); err != nil {
-			os.RemoveAll(admin)
-		}
+// removeScratch removes a scratch root and the admin folder of the
+// worktree at root/tree, if any.
+func (l *lander) removeScratch(ctx context.Context, root string) {
+	if admin, ok := l.adminDirs()[filepath.Join(root, "tree")]; ok {
+		os.RemoveAll(admin)
 	}
-	os.RemoveAll(dir)
-	// git removes worktrees/ when it becomes empty; do the same after a
-	// manual removal.
+	// A gate may leave read-only folders (Go's module cache does).
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	os.RemoveAll(root)
+	// git removes worktrees/ when it becomes empty; do the same.
 	os.Remove(filepath.Join(l.g.GitDir, "worktrees"))
 }
 
-// cleanStale removes scratch folders and worktrees left by killed landings
-// on this target. The caller holds the target's lock, so none is in use.
+// cleanStale removes scratch roots and worktree admin folders left by
+// killed landings on this target. The caller holds the target's lock, so
+// none is in use.
 func (l *lander) cleanStale(ctx context.Context) error {
 	scratchDir := filepath.Join(l.dataDir, "scratch")
 	for path := range l.adminDirs() {
-		if filepath.Dir(path) == scratchDir {
-			l.removeScratch(ctx, path)
+		if filepath.Dir(filepath.Dir(path)) == scratchDir {
+			l.removeScratch(ctx, filepath.Dir(path))
 		}
 	}
 	ents, err := os.ReadDir(scratchDir)
