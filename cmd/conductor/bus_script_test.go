@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -30,6 +31,8 @@ func TestScriptBus(t *testing.T) {
 		"putrun":     cmdPutRun,
 		"schemabump": cmdSchemaBump,
 		"pgdatabase": cmdPGDatabase,
+		"putlanding": cmdPutLanding,
+		"putstate":   cmdPutState,
 	})
 	p.Condition = func(cond string) (bool, error) {
 		if cond == "postgres" {
@@ -105,4 +108,39 @@ func cmdSchemaBump(ts *testscript.TestScript, neg bool, args []string) {
 	_, err = db.Exec(`INSERT INTO conductor_schema (version, name, applied_at) VALUES (?, 'from the future', 1)`,
 		bus.SchemaVersion+1)
 	ts.Check(err)
+}
+
+// putlanding DECISION COMMIT: record that the decision landed, as land would.
+func cmdPutLanding(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: putlanding DECISION COMMIT")
+	}
+	s := scriptStore(ts)
+	defer s.Close()
+	ts.Check(s.PutLanding(context.Background(), bus.Landing{
+		DecisionID: args[0], Commit: args[1], Target: "main", PatchID: "feedface", Gate: "2 commands ok",
+		LandedAt: time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC),
+	}))
+}
+
+// putstate RUN STEP NOTES: a checkpoint at STEP touching two files, and
+// NOTES pending operator notes, as run-task and `conductor note` would.
+func cmdPutState(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 3 {
+		ts.Fatalf("usage: putstate RUN STEP NOTES")
+	}
+	step, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	n, err := strconv.Atoi(args[2])
+	ts.Check(err)
+	s := scriptStore(ts)
+	defer s.Close()
+	ctx := context.Background()
+	ts.Check(s.PutCheckpoint(ctx, bus.Checkpoint{RunID: args[0], Step: step, History: []byte("[]"),
+		Files:     []bus.FileHash{{Path: "a.go", Hash: "h1"}, {Path: "b.go", Hash: ""}},
+		CreatedAt: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}))
+	for i := range n {
+		_, err := s.AddNote(ctx, bus.Note{RunID: args[0], Text: fmt.Sprint("note ", i)})
+		ts.Check(err)
+	}
 }

@@ -184,6 +184,12 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 	if v.TranscriptLines > 0 {
 		row("transcript", fmt.Sprintf("%d lines", v.TranscriptLines))
 	}
+	if cp := v.Checkpoint; cp != nil {
+		row("checkpoint", fmt.Sprintf("step %d, %d files touched, at %s", cp.Step, cp.Files, cp.CreatedAt.UTC().Format(time.RFC3339)))
+	}
+	if v.PendingNotes > 0 {
+		row("notes", fmt.Sprintf("%d pending (not yet delivered)", v.PendingNotes))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

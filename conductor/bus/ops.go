@@ -172,6 +172,17 @@ type RunView struct {
 	Files           []RunFile      `json:"files,omitempty"`
 	TranscriptLines int            `json:"transcriptLines"`
 	StderrTail      string         `json:"stderrTail,omitempty"`
+	// The latest checkpoint (nil: none) and the operator notes not yet
+	// delivered to the session.
+	Checkpoint   *CheckpointSummary `json:"checkpoint,omitempty"`
+	PendingNotes int                `json:"pendingNotes"`
+}
+
+// CheckpointSummary is the latest checkpoint of a run, without its history.
+type CheckpointSummary struct {
+	Step      int       `json:"step"`
+	Files     int       `json:"files"` // files touched so far
+	CreatedAt time.Time `json:"createdAt"`
 }
 
 var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -281,6 +292,18 @@ func ShowRun(ctx context.Context, s Store, runsDir, id string) (RunView, error) 
 	if v.Store == nil && v.Folder == "" {
 		return RunView{}, notFound("run %s (not in the store, no folder %s)", id, dir)
 	}
+	cp, err := s.LatestCheckpoint(ctx, id)
+	switch {
+	case err == nil:
+		v.Checkpoint = &CheckpointSummary{Step: cp.Step, Files: len(cp.Files), CreatedAt: cp.CreatedAt}
+	case !errors.Is(err, ErrNotFound):
+		return RunView{}, err
+	}
+	notes, err := s.PendingNotes(ctx, id)
+	if err != nil {
+		return RunView{}, err
+	}
+	v.PendingNotes = len(notes)
 	v.RunSummary = summarize(id, v.Store, v.Result)
 	return v, nil
 }
