@@ -537,8 +537,9 @@ func (l *Lease) verify(ctx context.Context, base string) error {
 }
 
 // Release resets the worktree and returns it to the pool (or discards it
-// when it cannot be verified clean or the pool keeps none), then evicts the
-// least recently used free worktrees beyond the bounds.
+// when the reset fails or the pool keeps none), then evicts the least
+// recently used free worktrees beyond the bounds. The next Acquire verifies
+// the worktree before handing it out.
 func (l *Lease) Release(ctx context.Context) error {
 	if l.lock == nil {
 		return nil

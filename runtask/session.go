@@ -323,6 +323,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		if st.Repeats == nil {
 			st.Repeats = map[string]int{}
 		}
+		st.Status = runrec.StatusRunning
 	}
 	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
 	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
