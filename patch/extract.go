@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// CanonicalDiffArgs are the options of the one canonical diff form that
+// CanonicalDiffArgs returns the options of the one canonical diff form that
 // Extract and DiffTrees produce (after "diff-tree <from> <to>" semantics):
 // recursive, full 40-hex index lines, no rename or copy detection, no
 // external diff driver, no textconv, no colour, exactly three lines of
@@ -20,12 +20,14 @@ import (
 // file, and fixed a/ b/ prefixes. Together with the neutral attributes and
 // configuration of the git dir these run in, the same change always gives
 // the same bytes.
-var CanonicalDiffArgs = []string{
-	"-r", "-p", "--binary", "--full-index", "--no-renames",
-	"--no-ext-diff", "--no-textconv", "--no-color", "-U3",
-	"--src-prefix=a/", "--dst-prefix=b/",
-	"--diff-algorithm=myers", "--indent-heuristic", "--inter-hunk-context=0",
-	"--ignore-submodules=none", "-O/dev/null",
+func CanonicalDiffArgs() []string {
+	return []string{
+		"-r", "-p", "--binary", "--full-index", "--no-renames",
+		"--no-ext-diff", "--no-textconv", "--no-color", "-U3",
+		"--src-prefix=a/", "--dst-prefix=b/",
+		"--diff-algorithm=myers", "--indent-heuristic", "--inter-hunk-context=0",
+		"--ignore-submodules=none", "-O/dev/null",
+	}
 }
 
 // ExtractOptions says what to extract.
@@ -230,7 +232,7 @@ func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer) (st
 		done <- idResult{id, err}
 	}()
 	cw := &countingWriter{w: w}
-	args := append([]string{"diff-tree"}, CanonicalDiffArgs...)
+	args := append([]string{"diff-tree"}, CanonicalDiffArgs()...)
 	args = append(args, from, to)
 	cmd := g.Command(ctx, args...)
 	var stderr bytes.Buffer
@@ -322,7 +324,11 @@ func findWorktree(repo Git, dir string) (abs, gitDir string, err error) {
 		for _, e := range entries {
 			private := filepath.Join(common, "worktrees", e.Name())
 			if b, err := os.ReadFile(filepath.Join(private, "gitdir")); err == nil {
-				candidates = append(candidates, candidate{filepath.Dir(strings.TrimSpace(string(b))), private})
+				p := strings.TrimSpace(string(b))
+				if !filepath.IsAbs(p) {
+					p = filepath.Join(private, p)
+				}
+				candidates = append(candidates, candidate{filepath.Dir(p), private})
 			}
 		}
 	}

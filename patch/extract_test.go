@@ -122,7 +122,7 @@ func TestExtractRoundTrip(t *testing.T) {
 			if strings.Join(names, "\n") != strings.Join(ex.Files, "\n") {
 				t.Errorf("Files = %q, want %q", ex.Files, names)
 			}
-			gitDiff := testGit(t, repo, nil, append(append([]string{"diff-tree"}, CanonicalDiffArgs...), base, want)...)
+			gitDiff := testGit(t, repo, nil, append(append([]string{"diff-tree"}, CanonicalDiffArgs()...), base, want)...)
 			if !bytes.Equal(gitDiff, diff.Bytes()) {
 				t.Errorf("diff differs from git diff-tree's canonical form")
 			}
