@@ -160,6 +160,8 @@ func LoadFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
 	}
 	l.crossCheck(p)
 	if len(l.problems) > 0 {
+		// Grouped by file, in the order found within a file.
+		sort.SliceStable(l.problems, func(i, j int) bool { return l.problems[i].File < l.problems[j].File })
 		return nil, &ValidationError{Problems: l.problems}
 	}
 	return p, nil
