@@ -125,7 +125,7 @@ func (f *fixture) rev(rev string) string {
 
 // commit writes a commit on ref (created when missing) whose tree is the
 // parent's (or parent ref's) with files set ("" deletes; a "-> target"
-// value makes a symlink), without touching any worktree.
+// value makes a symlink, "x> content" an executable), without touching any worktree.
 func (f *fixture) commit(ref, parent string, files map[string]string, msg string) string {
 	f.t.Helper()
 	if parent == "" {
@@ -157,6 +157,9 @@ func (f *fixture) commit(ref, parent string, files map[string]string, msg string
 		switch {
 		case content == "":
 			g(nil, "update-index", "--force-remove", n)
+		case strings.HasPrefix(content, "x> "):
+			blob := g(strings.NewReader(strings.TrimPrefix(content, "x> ")), "hash-object", "-w", "--stdin")
+			g(nil, "update-index", "--add", "--cacheinfo", "100755,"+blob+","+n)
 		case strings.HasPrefix(content, "-> "):
 			blob := g(strings.NewReader(strings.TrimPrefix(content, "-> ")), "hash-object", "-w", "--stdin")
 			g(nil, "update-index", "--add", "--cacheinfo", "120000,"+blob+","+n)

@@ -144,17 +144,17 @@ type Trailer struct {
 }
 
 // splitTrailers returns the message without its trailing trailer block and
-// the trailers of that block. A block is the last paragraph when every line
-// of it is "Token: value".
+// the trailers of that block. A block is the last paragraph (not the first)
+// when every line of it is "Token: value".
 func splitTrailers(msg string) (string, []Trailer) {
 	body := strings.TrimRight(msg, "\n")
 	i := strings.LastIndex(body, "\n\n")
-	last := body[i+1:]
 	if i < 0 {
-		last = body
+		// The first paragraph is the subject, never a trailer block.
+		return msg, nil
 	}
 	var ts []Trailer
-	for _, line := range strings.Split(strings.TrimSpace(last), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(body[i+2:]), "\n") {
 		k, v, ok := strings.Cut(line, ": ")
 		if !ok || !isToken(k) {
 			return msg, nil
@@ -164,10 +164,7 @@ func splitTrailers(msg string) (string, []Trailer) {
 	if len(ts) == 0 {
 		return msg, nil
 	}
-	if i < 0 {
-		return "", ts
-	}
-	return body[:i] + "\n", ts
+	return strings.TrimRight(body[:i], "\n") + "\n", ts
 }
 
 func isToken(s string) bool {
