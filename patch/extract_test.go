@@ -299,10 +299,12 @@ func TestExtractHostileConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// 3. Worker-written attributes asking for filters, drivers, conversions.
-	attrs := "* filter=evil diff=evil\n*.txt text eol=crlf ident working-tree-encoding=UTF-16\n"
+	attrs := "[attr]evilmacro filter=evil diff=evil\n* filter=evil diff=evil\n*.txt text eol=crlf ident working-tree-encoding=UTF-16\n*.dat binary\n*.md evilmacro crlf\n"
 	g.files[".gitattributes"] = genFile{"100644", []byte(attrs)}
 	g.mutate(5)
 	g.files["conv.txt"] = genFile{"100644", []byte("$Id$\nline one\nline two\n")}
+	g.files["data.dat"] = genFile{"100644", []byte("plain text marked binary\n")}
+	g.files["notes.md"] = genFile{"100644", []byte("macro\r\nfiltered\n")}
 	clearWorktree(t, wt)
 	g.writeTree(t, wt)
 	if err := os.WriteFile(filepath.Join(wt, ".gitattributes"), []byte(attrs), 0o644); err != nil {
@@ -339,6 +341,12 @@ func TestExtractHostileConfig(t *testing.T) {
 	}
 	if !bytes.Contains(diff.Bytes(), []byte("+++ b/conv.txt\n@@ -0,0 +1,3 @@\n+$Id$\n+line one\n+line two\n")) {
 		t.Errorf("ident or eol conversion altered the diff")
+	}
+	if !bytes.Contains(diff.Bytes(), []byte("+++ b/data.dat\n@@ -0,0 +1 @@\n+plain text marked binary\n")) {
+		t.Errorf("a worker's binary attribute changed the canonical diff")
+	}
+	if !bytes.Contains(diff.Bytes(), []byte("+++ b/notes.md\n@@ -0,0 +1,2 @@\n+macro\r\n+filtered\n")) {
+		t.Errorf("a worker's attribute macro changed the canonical diff")
 	}
 	for _, f := range ex.Files {
 		if f == ".git" || strings.HasPrefix(f, ".git/") {

@@ -86,6 +86,9 @@ func TestPatchIDGeneratedHistoryMatchesGit(t *testing.T) {
 		{"log-p-stat-U1", []string{"log", "-p", "--stat", "-U1"}},
 		{"log-p-U0", []string{"log", "-p", "-U0", "--no-renames"}},
 		{"format-patch", []string{"format-patch", "--stdout", "--binary", "--root", "main"}},
+		{"format-patch-attach", []string{"format-patch", "--stdout", "--attach", "--root", "main"}},
+		{"format-patch-inline", []string{"format-patch", "--stdout", "--inline", "--root", "main"}},
+		{"format-patch-order-file", []string{"format-patch", "--stdout", "-O/dev/null", "--full-index", "--root", "main"}},
 		{"diff-tree-stdin", []string{"log", "--format=%H", "-p", "--raw", "-M", "-C"}},
 	}
 	for _, s := range streams {
