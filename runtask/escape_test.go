@@ -25,6 +25,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -126,6 +127,17 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 		env[k] = v
 	}
 	e.getenv = func(k string) string { return env[k] }
+
+	// A descriptor without close-on-exec, as a CI runner or a supervisor
+	// leaves to the conductor: no command may inherit it.
+	var leak [2]int
+	syscall.ForkLock.Lock()
+	err := syscall.Pipe(leak[:])
+	syscall.ForkLock.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(leak[0]); syscall.Close(leak[1]) })
 
 	// A listener the worker must not reach.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -505,6 +517,15 @@ func TestEscapeSuite(t *testing.T) {
 				return contains(o, "UNLISTED_VARIABLE", "a variable outside the allowlist")
 			}},
 		{name: "read the conductor's environment through /proc", calls: []call{run(tool, "read", fmt.Sprintf("/proc/%d/environ", os.Getpid())), readFile(fmt.Sprintf("/proc/%d/environ", os.Getpid()))}},
+
+		// Descriptors the conductor inherited (a runner's pipe, a socket).
+		{name: "use a descriptor inherited from the conductor", calls: []call{run(tool, "fds")},
+			also: func(t *testing.T, o *outcome) []string {
+				if !strings.Contains(strings.Join(o.results, "\n"), "exit status 0") {
+					return []string{"the fds probe did not run"}
+				}
+				return contains(o, "fd ", "a descriptor inherited from the conductor")
+			}},
 
 		// The network.
 		{name: "connect to a host listener", calls: []call{run(tool, "connect", addr), run(tool, "connect", "localhost:"+portOf(addr)), run(tool, "connect", "10.0.2.2:80")}},

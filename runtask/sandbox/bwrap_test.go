@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -554,5 +556,36 @@ func TestBwrapWorktreeOwnership(t *testing.T) {
 	}
 	if uid := fileUID(t, filepath.Join(wt, "pkg", "by-tool.go")); uid != DefaultUID {
 		t.Fatalf("worktree file owned by %d, want %d", uid, DefaultUID)
+	}
+}
+
+func TestInheritedDescriptorsDoNotReachCommands(t *testing.T) {
+	// A descriptor the conductor inherited without close-on-exec (as from
+	// a CI runner or a supervisor): commands must not get it.
+	var p [2]int
+	syscall.ForkLock.Lock()
+	err := syscall.Pipe(p[:])
+	syscall.ForkLock.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(p[0])
+	defer syscall.Close(p[1])
+	_, et := escapeTool(t)
+	backends := []Sandbox{}
+	if sb, err := NewWithOptions("none", Options{Warn: io.Discard}); err == nil {
+		backends = append(backends, sb)
+	}
+	backends = append(backends, bwrapBox(t, nil))
+	for _, sb := range backends {
+		t.Run(sb.Name(), func(t *testing.T) {
+			res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "fds"}, Timeout: 20 * time.Second})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("fds: %v %s", err, res.Output)
+			}
+			if strings.TrimSpace(string(res.Output)) != "" {
+				t.Fatalf("ESCAPE: the command inherited descriptors:\n%s", res.Output)
+			}
+		})
 	}
 }

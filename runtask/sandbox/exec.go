@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"time"
 	"unsafe"
@@ -61,6 +63,7 @@ func (r runner) execute(ctx context.Context, cmd *exec.Cmd, spec Spec) (Result, 
 	// after this delay even if something still holds them open.
 	cmd.WaitDelay = r.opts.KillGrace
 
+	sealInheritedFDs()
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("start %s: %w", cmd.Path, err)
@@ -131,6 +134,27 @@ func (r runner) execute(ctx context.Context, cmd *exec.Cmd, spec Spec) (Result, 
 		}
 	}
 	return res, nil
+}
+
+// sealInheritedFDs marks every open descriptor above stderr close-on-exec.
+// Go opens its own descriptors that way, but a descriptor the conductor
+// inherited from whoever started it (a CI runner's pipe, a supervisor's
+// socket) is not, and would otherwise be inherited by every command, inside
+// the sandbox too: a channel out of it. The commands' own descriptors
+// (stdin, stdout, stderr and ExtraFiles) are set up by os/exec after the
+// fork and are not affected.
+func sealInheritedFDs() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		syscall.CloseOnExec(fd) // the directory's own descriptor is gone by now: EBADF, harmless
+	}
 }
 
 // waitNoReap blocks until process pid has exited, leaving it a zombie for

@@ -14,6 +14,7 @@
 //	escapetool forkbomb              start copies of itself forever
 //	escapetool orphans TOKEN         leave children behind (one in a new session), then sleep
 //	escapetool linger TOKEN          sleep forever (TOKEN marks it in the process table)
+//	escapetool fds                   list the descriptors it inherited beyond 0, 1, 2
 //	escapetool id                    print uid, gid and groups
 //
 // Exit status: 0 when the attempt succeeded, 1 when it failed (the error is
@@ -92,6 +93,22 @@ func main() {
 		for {
 			time.Sleep(time.Hour)
 		}
+	case "fds":
+		need(0)
+		// The descriptors this process holds beyond stdin, stdout and
+		// stderr (ReadDir's own is closed by the time it returns).
+		var ents []os.DirEntry
+		if ents, err = os.ReadDir("/proc/self/fd"); err == nil {
+			for _, e := range ents {
+				if n := e.Name(); n != "0" && n != "1" && n != "2" {
+					target, err := os.Readlink("/proc/self/fd/" + n)
+					if err != nil || strings.HasPrefix(target, "anon_inode:[event") || strings.HasSuffix(target, "/fd") || strings.HasPrefix(target, "/sys/fs/cgroup/") {
+						continue // gone, or the Go runtime's own (poller, cgroup CPU limits)
+					}
+					fmt.Printf("fd %s -> %s\n", n, target)
+				}
+			}
+		}
 	case "id":
 		need(0)
 		groups, _ := os.Getgroups()
@@ -106,7 +123,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|env|connect|spew|forkbomb|orphans|linger|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
 	os.Exit(2)
 }
 
