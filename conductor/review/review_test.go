@@ -607,3 +607,51 @@ func TestHangingGateKillsItsChildren(t *testing.T) {
 	}
 	e.scratchEmpty()
 }
+
+// TestHostileAttributesRunNothing: the worker adds a .gitattributes naming a
+// filter and a diff driver the operator's repository configures with
+// programs; reviewing (commit, checks, export, gate) must run none of them.
+func TestHostileAttributesRunNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	marker := filepath.Join(t.TempDir(), "marker")
+	for _, kv := range [][2]string{
+		{"filter.evil.clean", "touch " + marker + "; cat"},
+		{"filter.evil.smudge", "touch " + marker + "; cat"},
+		{"filter.evil.process", "touch " + marker},
+		{"diff.evil.textconv", "touch " + marker + "; cat"},
+		{"diff.evil.command", "touch " + marker},
+		{"core.fsmonitor", "touch " + marker},
+		{"core.hooksPath", filepath.Join(e.repo, "hooks")},
+	} {
+		git(t, e.repo, "config", kv[0], kv[1])
+	}
+	writeFile(t, e.repo, "hooks/post-checkout", "#!/bin/sh\ntouch "+marker+"\n")
+	if err := os.Chmod(filepath.Join(e.repo, "hooks/post-checkout"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, e.wt, "pkg/.gitattributes", "* filter=evil diff=evil\n")
+	writeFile(t, e.wt, "pkg/a.go", "package pkg\n\nfunc A() int { return 5 }\n")
+	dir := e.run("r-1", runrec.StatusSucceeded)
+	os.Remove(marker) // whatever the fixture's own git calls did
+	o := e.opts(dir, policyWith(t, passGate))
+	o.Approve = true
+	rep, err := review.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, o.Out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a filter, driver, fsmonitor or hook configured by the repository ran during review")
+	}
+	if got := git(t, e.repo, "show", rep.Commit+":pkg/a.go"); !strings.Contains(got, "return 5") {
+		t.Errorf("commit content %q", got)
+	}
+	// Positive control: a plain checkout of the work commit in the
+	// operator's repository does run them (it may fail doing so).
+	ctl := exec.Command("git", "checkout", "-q", "--detach", rep.Commit)
+	ctl.Dir = e.repo
+	_ = ctl.Run()
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("control: the hostile configuration did not run on a plain checkout; the test proves nothing")
+	}
+}
