@@ -171,7 +171,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return rep, err
 	}
 	rep = Report{RunID: res.RunID, TaskID: res.TaskID, Session: res.Session, RunStatus: res.Status,
-		Model: modelName(res), Repo: res.Repo}
+		Model: modelName(res), Repo: res.Repo, Files: []FileStat{}, Checks: []Check{}, Gate: []GateResult{}}
 	if rep.WorkRef, err = WorkRef(res.TaskID); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
@@ -212,7 +212,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	rep.Checks = append(rep.Checks, ck.paths())
 	rep.Checks = append(rep.Checks, ck.size())
 	rep.Checks = append(rep.Checks, ck.syntax())
-	rep.Gate = ck.gate()
+	rep.Gate = append(rep.Gate, ck.gate()...)
 	rep.Clean = true
 	for _, c := range rep.Checks {
 		if c.Status == StatusFail {
