@@ -146,7 +146,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("apply: %w", err)
 	}
-	n, err := newNeutralRepo(ctx, opts.Repo, "")
+	n, err := newNeutralRepo(opts.Repo, "")
 	if err != nil {
 		return "", fmt.Errorf("apply: %w", err)
 	}

@@ -83,7 +83,7 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
 	ex.BaseTree = baseTree
-	n, err := newNeutralRepo(ctx, opts.Repo, wt)
+	n, err := newNeutralRepo(opts.Repo, wt)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
@@ -173,14 +173,14 @@ func DiffTrees(ctx context.Context, g Git, from, to string, w io.Writer) (string
 	if err != nil {
 		return "", fmt.Errorf("diff trees: %w", err)
 	}
-	n, err := newNeutralRepo(ctx, g, "")
+	if fromTree == toTree {
+		return "", nil
+	}
+	n, err := newNeutralRepo(g, "")
 	if err != nil {
 		return "", fmt.Errorf("diff trees: %w", err)
 	}
 	defer n.close()
-	if fromTree == toTree {
-		return "", nil
-	}
 	id, _, err := canonicalDiff(ctx, n.Git, fromTree, toTree, w)
 	if err != nil {
 		return "", fmt.Errorf("diff trees %s..%s: %w", from, to, err)

@@ -2,7 +2,6 @@ package patch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,18 +53,11 @@ type neutralRepo struct {
 
 // newNeutralRepo creates a neutral git dir for repo. workTree may be empty.
 // The caller must call close.
-func newNeutralRepo(ctx context.Context, repo Git, workTree string) (*neutralRepo, error) {
+func newNeutralRepo(repo Git, workTree string) (*neutralRepo, error) {
 	common := repo.CommonDir()
 	objects := filepath.Join(common, "objects")
 	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
-	}
-	format, err := objectFormat(ctx, repo)
-	if err != nil {
-		return nil, err
-	}
-	if format != "sha1" {
-		return nil, fmt.Errorf("repository %s: object format %s is not supported (sha1 only)", repo.GitDir, format)
 	}
 	dir, err := os.MkdirTemp("", "conductor-git-")
 	if err != nil {
@@ -129,22 +121,6 @@ func (n *neutralRepo) close() {
 // indexFile is the neutral repository's index.
 func (n *neutralRepo) indexFile() string { return filepath.Join(n.dir, "index") }
 
-// objectFormat reads extensions.objectFormat of the repository.
-func objectFormat(ctx context.Context, repo Git) (string, error) {
-	out, err := repo.WithWorkTree("").Run(ctx, "config", "--get", "extensions.objectformat")
-	var ge *GitError
-	if errors.As(err, &ge) && len(ge.Stderr) == 0 {
-		return "sha1", nil // not set
-	}
-	if err != nil {
-		return "", fmt.Errorf("repository %s: %w", repo.GitDir, err)
-	}
-	if f := strings.ToLower(strings.TrimSpace(string(out))); f != "" {
-		return f, nil
-	}
-	return "sha1", nil
-}
-
 // resolveTree returns the tree id of rev (a commit, tag or tree) in repo.
 // what names rev in errors ("base", "from").
 func resolveTree(ctx context.Context, repo Git, what, rev string) (string, error) {
@@ -157,6 +133,10 @@ func resolveTree(ctx context.Context, repo Git, what, rev string) (string, error
 	tree, err := repo.WithWorkTree("").Line(ctx, "rev-parse", "--verify", "--quiet", rev+"^{tree}")
 	if err != nil || tree == "" {
 		return "", fmt.Errorf("%s %q: no such commit or tree in %s", what, rev, repo.GitDir)
+	}
+	if len(tree) != 40 {
+		// The neutral git dir, patch-ids and Apply are SHA-1 only.
+		return "", fmt.Errorf("%s %q: repository %s does not use SHA-1 object ids (not supported)", what, rev, repo.GitDir)
 	}
 	return tree, nil
 }
