@@ -14,6 +14,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
 // TestScriptLand runs the landing scripts in testdata/script/land: the happy
@@ -21,6 +22,7 @@ import (
 // kill -9 at a step.
 func TestScriptLand(t *testing.T) {
 	testscript.Run(t, scriptParams("land", map[string]func(ts *testscript.TestScript, neg bool, args []string){
+		"fakellm":   fakellm.ScriptCmd,
 		"work":      landWorkCmd,
 		"approve":   landApproveCmd,
 		"capture":   landCaptureCmd,
