@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -271,14 +272,18 @@ func runCommand(ctx context.Context, dir string, argv []string, timeout time.Dur
 	return res
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it. It is safe for the
+// concurrent writes of a command's stdout and stderr copiers.
 type tailBuffer struct {
+	mu      sync.Mutex
 	max     int
 	buf     []byte
 	dropped bool
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.buf = append(t.buf, p...)
 	if len(t.buf) > t.max {
 		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
@@ -287,7 +292,11 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string { return string(t.buf) }
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
 
 // tailBytes returns about the last n bytes of s, cut at a line start.
 func tailBytes(s string, n int) string {
