@@ -227,3 +227,38 @@ func TestCommandEnv(t *testing.T) {
 		t.Fatalf("dropped = %q", dropped)
 	}
 }
+
+// FuzzCleanPath: whatever the model sends, an accepted path is relative,
+// has no "..", and no component named .git in any case.
+func FuzzCleanPath(f *testing.F) {
+	repo := newTestRepo(f, nil)
+	root, err := os.OpenRoot(repo)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer root.Close()
+	if err := os.Symlink(".git", filepath.Join(repo, "gl")); err != nil {
+		f.Fatal(err)
+	}
+	tb := &toolbox{root: root}
+	for _, s := range []string{"a", "../x", "/etc", "lib/../.GIT/config", ".git", "gl/config", "lib/./util.go", " x ", "a\x00b", ".git./x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		got, err := tb.cleanPath(p, true)
+		if err != nil {
+			return
+		}
+		if strings.HasPrefix(got, "/") || got == ".." || strings.HasPrefix(got, "../") {
+			t.Fatalf("%q accepted as %q", p, got)
+		}
+		for _, c := range strings.Split(got, "/") {
+			if c == ".." || strings.EqualFold(c, ".git") {
+				t.Fatalf("%q accepted as %q", p, got)
+			}
+		}
+		if strings.HasPrefix(got, "gl/") || got == "gl" {
+			t.Fatalf("%q: symlink into .git accepted", p)
+		}
+	})
+}
