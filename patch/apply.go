@@ -85,15 +85,16 @@ func checkFile(f *File) error {
 
 // CheckPath refuses a path that would leave the tree it is applied to or
 // touch a git directory: absolute paths, empty, "." or ".." components, a
-// ".git" component (in any case), NUL or backslash.
+// ".git" component (in any case), NUL. (A backslash is an ordinary name
+// character for git on POSIX systems.)
 func CheckPath(p string) error {
 	switch {
 	case p == "":
 		return errors.New("empty path")
 	case strings.HasPrefix(p, "/"):
 		return fmt.Errorf("path %q is outside the worktree (absolute)", p)
-	case strings.ContainsAny(p, "\x00\\"):
-		return fmt.Errorf("path %q holds a NUL or backslash", p)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("path %q holds a NUL byte", p)
 	}
 	for _, c := range strings.Split(p, "/") {
 		switch {

@@ -27,7 +27,7 @@ func TestCheckPath(t *testing.T) {
 		{"a//b", false},
 		{".git/config", false},
 		{"sub/.GIT/hooks/pre-commit", false},
-		{"a\\b", false},
+		{"a\\b", true},
 		{"a\x00b", false},
 	}
 	for _, tc := range tests {

@@ -446,3 +446,41 @@ func TestExtractIndexSeeding(t *testing.T) {
 		check(t)
 	})
 }
+
+// TestExtractOddNames: names that git quotes in diffs (tab, quote,
+// backslash, newline, non-ASCII, leading dash) round-trip.
+func TestExtractOddNames(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	ctx := context.Background()
+	repo, wt, g, base := linkedWorktree(t, 41)
+	for i, name := range []string{"tab\there.txt", "quote\"d.txt", "back\\slash.txt", "new\nline.txt", "ünïcödé/файл.txt", "-dash.txt", "sp ace/x y.txt"} {
+		g.files[name] = genFile{"100644", []byte(fmt.Sprintf("content %d\n", i))}
+	}
+	clearWorktree(t, wt)
+	g.writeTree(t, wt)
+	want := fastImportTree(t, repo, g, "refs/oracle/want")
+	var diff bytes.Buffer
+	ex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &diff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.Tree != want {
+		t.Fatalf("tree %s, want %s", ex.Tree, want)
+	}
+	found := map[string]bool{}
+	for _, f := range ex.Files {
+		found[f] = true
+	}
+	if !found["new\nline.txt"] || !found["ünïcödé/файл.txt"] {
+		t.Errorf("Files lacks raw names: %q", ex.Files)
+	}
+	applied, err := Apply(ctx, ApplyOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, Base: base, Patch: &diff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied != want {
+		t.Errorf("Apply tree %s, want %s", applied, want)
+	}
+}
