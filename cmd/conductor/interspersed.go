@@ -11,8 +11,9 @@ import (
 // forms do (`conductor decision resolve ID --option merge`, `conductor land
 // DECISION --dry-run`): urfave/cli v2 stops parsing flags at the first
 // positional argument, so the known flags of the command being run are moved
-// in front of its positional arguments. Everything after "--" stays as it
-// is, and so does an argument that is not a flag of that command.
+// in front of its positional arguments, and global flags given after the
+// command go back in front of it. Everything after "--" stays as it is, and
+// so does an argument that is not a flag of that command or of the app.
 func hoistFlags(app *cli.App, args []string) []string {
 	if len(args) < 2 {
 		return args
@@ -21,6 +22,7 @@ func hoistFlags(app *cli.App, args []string) []string {
 	i := 1
 	// Global flags, then the command path.
 	i = copyFlags(app.Flags, args, i, &out)
+	globalEnd := len(out)
 	cmds := app.Commands
 	var cmd *cli.Command
 	for i < len(args) {
@@ -39,28 +41,39 @@ func hoistFlags(app *cli.App, args []string) []string {
 	if cmd == nil {
 		return args
 	}
-	var flags, positional []string
+	var flags, globals, positional []string
 	for i < len(args) {
 		a := args[i]
 		if a == "--" {
 			positional = append(positional, args[i:]...)
 			break
 		}
+		dst := &flags
 		f, ok := lookupFlag(cmd.Flags, a)
+		if !ok {
+			// A global flag given after the command (`runs list
+			// --database-url URL`) goes back in front of the command.
+			if f, ok = lookupFlag(app.Flags, a); ok && f != nil {
+				dst = &globals
+			}
+		}
 		if !ok {
 			positional = append(positional, a)
 			i++
 			continue
 		}
-		flags = append(flags, a)
+		*dst = append(*dst, a)
 		i++
 		if f != nil && takesValue(f) && !strings.Contains(a, "=") && i < len(args) {
-			flags = append(flags, args[i])
+			*dst = append(*dst, args[i])
 			i++
 		}
 	}
-	out = append(out, flags...)
-	return append(out, positional...)
+	res := append([]string(nil), out[:globalEnd]...)
+	res = append(res, globals...)
+	res = append(res, out[globalEnd:]...)
+	res = append(res, flags...)
+	return append(res, positional...)
 }
 
 // copyFlags copies the leading flags (and their values) of args from i.

@@ -24,6 +24,8 @@ func TestHoistFlags(t *testing.T) {
 		{"unknown command", "nosuch a --json", "nosuch a --json"},
 		{"value that looks like a flag", "decision raise --by --json --work-ref w", "decision raise --by --json --work-ref w"},
 		{"no arguments", "", ""},
+		{"global flag after the command", "runs list --database-url u --json", "--database-url u runs list --json"},
+		{"global flag after the id", "--data-root r decision show d-1 --database-url=u", "--data-root r --database-url=u decision show d-1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := append([]string{"conductor"}, strings.Fields(tc.in)...)
