@@ -76,8 +76,9 @@ func ownPeak() int64 {
 
 type measure struct {
 	dur    time.Duration
-	maxRSS int64 // bytes: the largest process of the tree (rusage)
-	own    int64 // bytes: the measured process alone, when it reports it
+	maxRSS int64   // bytes: the largest process of the tree (rusage)
+	own    int64   // bytes: the measured process alone, when it reports it
+	cpu    float64 // seconds of user+system CPU of the process tree
 }
 
 // runMeasured runs cmd with stdin from file (may be empty) and stdout
@@ -90,7 +91,7 @@ func runMeasured(t testing.TB, cmd *exec.Cmd, stdinFile string) measure {
 	peakFile := ""
 	if tp, err := exec.LookPath("/usr/bin/time"); err == nil {
 		peakFile = filepath.Join(t.TempDir(), "peak")
-		wrapped := exec.Command(tp, append([]string{"-f", "%M", "-o", peakFile, cmd.Path}, cmd.Args[1:]...)...)
+		wrapped := exec.Command(tp, append([]string{"-f", "%M %U %S", "-o", peakFile, cmd.Path}, cmd.Args[1:]...)...)
 		wrapped.Env, wrapped.Dir = cmd.Env, cmd.Dir
 		cmd = wrapped
 	}
@@ -115,8 +116,10 @@ func runMeasured(t testing.TB, cmd *exec.Cmd, stdinFile string) measure {
 	if peakFile != "" {
 		if b, err := os.ReadFile(peakFile); err == nil {
 			var kb int64
-			fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &kb)
+			var user, sys float64
+			fmt.Sscanf(strings.TrimSpace(string(b)), "%d %f %f", &kb, &user, &sys)
 			m.maxRSS = kb * 1024
+			m.cpu = user + sys
 		}
 	}
 	if i := strings.Index(stderr.String(), "own-peak "); i >= 0 {
@@ -250,12 +253,14 @@ func median(ds []float64) (med, lo, hi float64) {
 }
 
 func (r row) print(w io.Writer) {
-	var ratios, ot, ft []float64
+	var ratios, ot, ft, oc, fc []float64
 	var orss, frss int64
 	for i := range r.ours {
 		ratios = append(ratios, r.ours[i].dur.Seconds()/r.floor[i].dur.Seconds())
 		ot = append(ot, r.ours[i].dur.Seconds())
 		ft = append(ft, r.floor[i].dur.Seconds())
+		oc = append(oc, r.ours[i].cpu)
+		fc = append(fc, r.floor[i].cpu)
 		orss = max(orss, r.ours[i].maxRSS)
 		frss = max(frss, r.floor[i].maxRSS)
 	}
@@ -268,8 +273,10 @@ func (r row) print(w io.Writer) {
 		}
 		return fmt.Sprintf(", %.0f MB/s", float64(r.size)/1e6/sec)
 	}
-	fmt.Fprintf(w, "| %s | %s %.3f s%s, peak %s | %s %.3f s%s, peak %s | %.2f× (%.2f–%.2f) | %s |\n",
-		r.name, r.oursLabel, om, speed(om), mb(orss), r.floorLabel, fm, speed(fm), mb(frss), med, lo, hi, r.goal)
+	ocm, _, _ := median(oc)
+	fcm, _, _ := median(fc)
+	fmt.Fprintf(w, "| %s | %s %.3f s%s, cpu %.2f s, peak %s | %s %.3f s%s, cpu %.2f s, peak %s | %.2f× (%.2f–%.2f) | %s |\n",
+		r.name, r.oursLabel, om, speed(om), ocm, mb(orss), r.floorLabel, fm, speed(fm), fcm, mb(frss), med, lo, hi, r.goal)
 }
 
 // TestBenchTable prints the patch rows of the bench table.
@@ -351,7 +358,7 @@ func TestBenchTable(t *testing.T) {
 		fmt.Fprintf(&out, "| peak memory, extract + patch-id, %.0f MB diff | conductor process %s (largest process incl. git %s), %.2f s | — | %.2f× the diff (%.2f× incl. git) | ≤ 2× |\n",
 			float64(cw.n)/1e6, mb(m.own), mb(m.maxRSS), m.dur.Seconds(), float64(m.own)/float64(cw.n), float64(m.maxRSS)/float64(cw.n))
 	}
-	fmt.Fprintf(&out, "\n%d runs per row; ratio = conductor time / git time, per run. Peaks are max RSS (rusage of the process tree; conductor alone from VmHWM).\n", runs)
+	fmt.Fprintf(&out, "\n%d runs per row; ratio = conductor wall time / git wall time, per run; cpu = user+system seconds (median), useful when the machine is loaded. Peaks are max RSS from /usr/bin/time (largest process of the tree; conductor alone from VmHWM).\n", runs)
 	fmt.Print(out.String())
 }
 
