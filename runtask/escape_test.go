@@ -518,6 +518,16 @@ func TestEscapeSuite(t *testing.T) {
 			}},
 		{name: "read the conductor's environment through /proc", calls: []call{run(tool, "read", fmt.Sprintf("/proc/%d/environ", os.Getpid())), readFile(fmt.Sprintf("/proc/%d/environ", os.Getpid()))}},
 
+		// Files that hang or flood the conductor's own tools and git.
+		{name: "plant named pipes for the conductor to read", calls: []call{
+			run(tool, "mkfifo", "lib.go.fifo"),
+			run(tool, "mkfifo", "README.fifo"),
+			readFile("lib.go.fifo"),
+			call{"grep", map[string]any{"pattern": "Answer"}},
+			call{"list_dir", map[string]any{"path": "."}},
+			call{"edit_file", map[string]any{"path": "README.fifo", "old_string": "a", "new_string": "b"}},
+		}},
+
 		// Descriptors the conductor inherited (a runner's pipe, a socket).
 		{name: "use a descriptor inherited from the conductor", calls: []call{run(tool, "fds")},
 			also: func(t *testing.T, o *outcome) []string {
@@ -638,13 +648,56 @@ func TestEscapeSuiteReviewAndLand(t *testing.T) {
 	e.runAttempts(t, "escape suite (review and land)", attempts)
 }
 
+// attemptLimit bounds one attempt: every attempt ends in seconds unless the
+// conductor itself is stuck.
+const attemptLimit = 30 * time.Second
+
+// playBounded plays a under attemptLimit. If the conductor is still busy
+// then, it is stuck (for instance blocked opening a named pipe the worker
+// planted): that is recorded as an escape (the run would never end), and the
+// test releases it by opening every named pipe in the worktrees for
+// writing, so the suite goes on.
+func (e *escapeEnv) playBounded(t *testing.T, a attempt) *outcome {
+	t.Helper()
+	done := make(chan *outcome, 1)
+	go func() { done <- e.play(t, a) }()
+	select {
+	case o := <-done:
+		return o
+	case <-time.After(attemptLimit):
+	}
+	stuck := fmt.Sprintf("the conductor was stuck for %s (a worker can hang the conductor: the run would never end)", attemptLimit)
+	for {
+		select {
+		case o := <-done:
+			o.stageEscapes = append(o.stageEscapes, stuck)
+			return o
+		case <-time.After(200 * time.Millisecond):
+			releaseFIFOs(filepath.Join(e.data, "worktrees"))
+		}
+	}
+}
+
+// releaseFIFOs opens every named pipe under dir for writing and closes it,
+// so a reader blocked on one gets end-of-file.
+func releaseFIFOs(dir string) {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type()&os.ModeNamedPipe != 0 {
+			if fd, err := syscall.Open(p, syscall.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				syscall.Close(fd)
+			}
+		}
+		return nil
+	})
+}
+
 // runAttempts plays each attempt, reports each escape and the tally.
 func (e *escapeEnv) runAttempts(t *testing.T, label string, attempts []attempt) {
 	t.Helper()
 	total, escaped := 0, 0
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
-			o := e.play(t, a)
+			o := e.playBounded(t, a)
 			total++
 			if o.runErr != nil {
 				t.Fatalf("the conductor failed: %v", o.runErr)

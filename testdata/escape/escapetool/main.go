@@ -8,6 +8,7 @@
 //	escapetool mkdir PATH            create PATH and its parents
 //	escapetool symlink TARGET LINK   plant a symlink
 //	escapetool link OLD NEW          make a hard link
+//	escapetool mkfifo PATH           make a named pipe (a file that blocks its reader)
 //	escapetool env                   print the environment, one per line
 //	escapetool connect ADDR          open a TCP connection to ADDR
 //	escapetool spew                  write to stdout forever
@@ -59,6 +60,9 @@ func main() {
 	case "symlink":
 		need(2)
 		err = os.Symlink(args[0], args[1])
+	case "mkfifo":
+		need(1)
+		err = syscall.Mkfifo(args[0], 0o644)
 	case "link":
 		need(2)
 		err = os.Link(args[0], args[1])
@@ -123,7 +127,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
 	os.Exit(2)
 }
 
