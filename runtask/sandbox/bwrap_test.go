@@ -589,3 +589,24 @@ func TestInheritedDescriptorsDoNotReachCommands(t *testing.T) {
 		})
 	}
 }
+
+func TestBwrapFileSizeLimit(t *testing.T) {
+	sb := bwrapBox(t, func(o *Options) { o.MaxFileSize = 1 << 20 })
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "fill", "big", "3145728"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 && res.Outcome == OutcomeExited {
+		t.Fatalf("wrote 3 MiB past a 1 MiB file limit: %+v %s", res, res.Output)
+	}
+	if fi, err := os.Stat(filepath.Join(wt, "big")); err == nil && fi.Size() > 1<<20 {
+		t.Fatalf("the file grew to %d bytes", fi.Size())
+	}
+	// Under the limit it works.
+	res, err = sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "fill", "small", "524288"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a 512 KiB file: %v %s", err, res.Output)
+	}
+}

@@ -22,7 +22,7 @@ const (
 	DefaultGID = 65534
 
 	DefaultMaxProcs        = 1024      // RLIMIT_NPROC (processes and threads of the sandbox uid)
-	DefaultMaxFileSize     = 4 << 30   // RLIMIT_FSIZE: largest file a command may write
+	DefaultMaxFileSize     = 1 << 30   // RLIMIT_FSIZE: largest file a command may write
 	DefaultMaxOpenFiles    = 4096      // RLIMIT_NOFILE
 	DefaultTmpSize         = 1 << 30   // size of the fresh /tmp (and of tmpfs HOME when no scratch folder)
 	DefaultOutputLimit     = 1 << 20   // captured output kept (head+tail)

@@ -8,6 +8,7 @@
 //	escapetool mkdir PATH            create PATH and its parents
 //	escapetool symlink TARGET LINK   plant a symlink
 //	escapetool link OLD NEW          make a hard link
+//	escapetool fill PATH BYTES       write BYTES bytes to PATH
 //	escapetool mkfifo PATH           make a named pipe (a file that blocks its reader)
 //	escapetool env                   print the environment, one per line
 //	escapetool connect ADDR          open a TCP connection to ADDR
@@ -60,6 +61,12 @@ func main() {
 	case "symlink":
 		need(2)
 		err = os.Symlink(args[0], args[1])
+	case "fill":
+		need(2)
+		var n int64
+		if _, err = fmt.Sscan(args[1], &n); err == nil {
+			err = fill(args[0], n)
+		}
 	case "mkfifo":
 		need(1)
 		err = syscall.Mkfifo(args[0], 0o644)
@@ -127,7 +134,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
 	os.Exit(2)
 }
 
@@ -164,4 +171,25 @@ func orphans(token string) error {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// fill writes n bytes to path, 1 MiB at a time.
+func fill(path string, n int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k := int64(len(buf))
+		if n < k {
+			k = n
+		}
+		if _, err := f.Write(buf[:k]); err != nil {
+			f.Close()
+			return err
+		}
+		n -= k
+	}
+	return f.Close()
 }
