@@ -6,4 +6,67 @@
 //
 // land never pushes, never changes anything when it refuses, and never runs
 // git through anything but patch.Git.
+//
+// # Steps
+//
+// Run reads the decision (decision-not-found, decision-not-resolved,
+// decision-not-merge), reports an existing landing (store row, or a
+// Decision-Id trailer on the target's history since the merge base — the
+// latter also completes a landing killed before its store row), then checks
+// that the latest verdict on the work ref approves exactly the raised commit
+// (no-approval, verdict-stale) and that the work ref is still there
+// (work-ref-moved). Then, from the target tip: the landing policy on the
+// canonical diff from the merge base to the approved commit (target-not-allowed,
+// adds-root-file, adds-top-level-dir, forbidden-path); the squash (conflict);
+// the binding patch-id of the canonical diff from the tip to the squashed
+// tree, compared with the verdict's (patch-id-mismatch); a worktree that has
+// the target checked out must be able to follow (target-checked-out-dirty);
+// the gate (gate-failed). Then one commit-tree and one atomic ref transaction
+// moving the target (compare-and-swap from the tip) and the receipt note. A
+// target that moved is retried once from the new tip, then target-moved.
+// docs/refusals.md lists every code.
+//
+// # No checkout unless the gate needs files
+//
+// The squash is `git merge-tree --write-tree` of the target tip and the
+// approved commit: a tree, no index, no worktree. When no gate command
+// NeedsFiles, the gate runs in an empty scratch folder (the tree id is in
+// CONDUCTOR_LAND_TREE). Otherwise (or with Options.Worktree) a detached
+// scratch worktree under the data root gets exactly that tree checked out
+// (verified with write-tree), its .git link is removed so nothing the gate
+// runs can reach the repository, and the gate runs there. Either way the
+// committed tree is the one computed before the gate. Scratch folders and
+// worktree admin entries are removed before Run returns, and stale ones (a
+// killed landing) by the next landing on the same target.
+//
+// # Serialisation and crash safety
+//
+// Landings on one target hold an flock(2) lock under the data root from the
+// first repository read to the store row (the gate included), so concurrent
+// landings queue instead of failing; the notes ref has its own short lock.
+// The kernel drops a dead process's lock. The target ref and the notes ref
+// move in one `git update-ref --stdin` transaction, only after the gate
+// passed, so the target never points at an ungated commit.
+//
+// # Receipt
+//
+// The landed commit keeps the approved commit's message (its own trailers
+// dropped) and adds Decision-Id, Reviewed-Commit, Patch-Id, Run-Id, Task-Id
+// (when known) and Model trailers; a JSON Receipt is attached as a git note on
+// refs/notes/conductor. Audit re-derives the patch-id from the commit's first
+// parent and compares it with the trailers, the note and the store.
+//
+// # A checked-out target
+//
+// When the target branch is checked out in the main worktree or a linked
+// one, that worktree must have no changes to tracked files and no file in the
+// way (`read-tree -m -u -n`), else target-checked-out-dirty; after the ref
+// moved, `git read-tree -m -u OLD NEW` brings its index and files along, so
+// it shows no phantom reverse diff.
+//
+// # What a dry run or refusal may leave
+//
+// merge-tree writes the merged tree's objects into the object store; they
+// are unreferenced and `git gc` prunes them. Nothing else: no ref, no
+// reflog entry, no store row, no worktree, no temporary index.
 package land

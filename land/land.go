@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -305,10 +306,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	}
 
 	// 2. The latest verdict approves exactly the raised commit.
-	v, err := o.Store.LatestVerdict(ctx, d.WorkRef)
-	if errors.Is(err, bus.ErrNotFound) && d.WorkRef != l.workRef {
-		v, err = o.Store.LatestVerdict(ctx, l.workRef)
-	}
+	v, err := l.latestVerdict(ctx)
 	if errors.Is(err, bus.ErrNotFound) {
 		return out, policy.Refuse("no-approval",
 			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
@@ -589,4 +587,33 @@ func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
 	}
 	l.bases[tip] = b
 	return b, nil
+}
+
+// latestVerdict is the newest verdict on the work ref, whichever way it was
+// spelled when recorded ("work/x" or "refs/heads/work/x").
+func (l *lander) latestVerdict(ctx context.Context) (bus.Verdict, error) {
+	names := []string{l.d.WorkRef}
+	for _, n := range []string{l.workRef, strings.TrimPrefix(l.workRef, "refs/heads/")} {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	var best bus.Verdict
+	found := false
+	for _, n := range names {
+		v, err := l.o.Store.LatestVerdict(ctx, n)
+		if errors.Is(err, bus.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return v, err
+		}
+		if !found || v.CreatedAt.After(best.CreatedAt) || (v.CreatedAt.Equal(best.CreatedAt) && v.ID > best.ID) {
+			best, found = v, true
+		}
+	}
+	if !found {
+		return best, fmt.Errorf("verdict on %s: %w", l.d.WorkRef, bus.ErrNotFound)
+	}
+	return best, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -146,5 +147,26 @@ func TestSplitTrailers(t *testing.T) {
 		if body != c.body || len(ts) != c.n {
 			t.Errorf("splitTrailers(%q) = %q, %d trailers; want %q, %d", c.msg, body, len(ts), c.body, c.n)
 		}
+	}
+}
+
+// A verdict recorded under the full ref name (as review does) approves a
+// decision raised with the short one.
+func TestLandVerdictRefSpelling(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	base := f.rev("refs/heads/main")
+	c := f.commit("refs/heads/work/x", base, change, "x")
+	if _, err := f.store.PutVerdict(ctx, bus.Verdict{WorkRef: "refs/heads/work/x", Commit: c, PatchID: f.patchID(base, c),
+		Verdict: bus.VerdictApprove}); err != nil {
+		t.Fatal(err)
+	}
+	id := f.decide("x", c, "main", "", bus.OptionMerge)
+	out, err := f.land(id, nil)
+	if err != nil || out.Status != StatusLanded {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if msg := f.git("log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Run-Id: unknown") || !strings.Contains(msg, "Model: unknown") {
+		t.Fatalf("trailers without a run:\n%s", msg)
 	}
 }

@@ -43,6 +43,14 @@ func TestLandRefusals(t *testing.T) {
 			}
 			return id
 		}},
+		{"changes requested under the full ref name", "no-approval", func(f *fixture) string {
+			id, c := f.approved("a", change)
+			if _, err := f.store.PutVerdict(ctx, bus.Verdict{WorkRef: "refs/heads/work/a", Commit: c, PatchID: "p",
+				Verdict: bus.VerdictRequestChanges}); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}},
 		{"verdict for another commit", "verdict-stale", func(f *fixture) string {
 			_, c := f.approved("a", change)
 			c2 := f.commit("refs/heads/work/a", c, map[string]string{"lib/more.go": "package lib\n"}, "more")
