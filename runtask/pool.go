@@ -158,6 +158,18 @@ func (p *Pool) withPoolLock(fn func() error) error {
 	return fn()
 }
 
+// withGitLock serialises `git worktree add/remove/prune` on the repository:
+// git reads every registered worktree's admin folder while it adds one, and
+// fails on one that another process is creating at the same moment.
+func (p *Pool) withGitLock(fn func() error) error {
+	l, err := lockFile(filepath.Join(p.Dir, "git.lock"), false)
+	if err != nil {
+		return err
+	}
+	defer unlock(l)
+	return fn()
+}
+
 func (p *Pool) readMeta(slot string) (SlotMeta, error) {
 	var m SlotMeta
 	b, err := os.ReadFile(p.metaPath(slot))
@@ -345,7 +357,10 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 		unlock(lk)
 		return nil, err
 	}
-	if _, err := p.Repo.Run(ctx, "worktree", "add", "--detach", "--quiet", dir, base); err != nil {
+	if err := p.withGitLock(func() error {
+		_, err := p.Repo.Run(ctx, "worktree", "add", "--detach", "--quiet", dir, base)
+		return err
+	}); err != nil {
 		p.removeSlot(ctx, m)
 		unlock(lk)
 		return nil, fmt.Errorf("create worktree at %s: %w", base, err)
@@ -593,13 +608,19 @@ func (l *Lease) discard(ctx context.Context) error {
 
 func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	var errs []error
-	if _, err := p.Repo.Run(ctx, "worktree", "remove", "--force", "--force", m.Worktree); err != nil {
-		if err := os.RemoveAll(m.Worktree); err != nil {
-			errs = append(errs, err)
+	err := p.withGitLock(func() error {
+		if _, err := p.Repo.Run(ctx, "worktree", "remove", "--force", "--force", m.Worktree); err != nil {
+			if err := os.RemoveAll(m.Worktree); err != nil {
+				errs = append(errs, err)
+			}
+			if _, err := p.Repo.Run(ctx, "worktree", "prune"); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		if _, err := p.Repo.Run(ctx, "worktree", "prune"); err != nil {
-			errs = append(errs, err)
-		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := os.Remove(p.metaPath(m.Slot)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		errs = append(errs, err)

@@ -820,9 +820,10 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		name, args := call.Function.Name, call.Function.Arguments
 		r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
 		res := r.tb.call(ctx, name, args)
-		if ctx.Err() != nil {
-			// Interrupted mid-call: no result is recorded; a resumed run
-			// executes the call again.
+		if ctx.Err() != nil && name == ToolRunCommand {
+			// A command interrupted mid-run: no result is recorded; a
+			// resumed run executes it again. (File tools finish what they
+			// started: their result is recorded.)
 			return ctx.Err()
 		}
 		outFile := ""
