@@ -137,7 +137,8 @@ func soakResult(t *testing.T, dataRoot, runID string) soakOutcome {
 }
 
 // TestSoakKillAndResume: a scripted ten-step session is SIGKILLed at a
-// random step, resumed with `conductor run-task resume`, and must end with
+// random step (every third trial: its resume is killed too, at a later
+// step), resumed with `conductor run-task resume`, and must end with
 // exactly the diff and patch-id of an uninterrupted run. In half of the
 // trials an operator note is sent while the killed turn is in flight: it
 // must be delivered after the resume, exactly once. CONDUCTOR_SOAK sets the
@@ -210,16 +211,21 @@ func TestSoakKillAndResume(t *testing.T) {
 		}
 	}
 
-	var afterResume, beforeKill, finishedEarly int
+	var afterResume, beforeKill, finishedEarly, doubleCrash int
 	for trial := 0; trial < trials; trial++ {
 		rng := rand.New(rand.NewSource(int64(trial)))
 		k := 1 + rng.Intn(len(soakSteps)) // kill once the transcript shows step k (1..10)
 		withNote := trial%2 == 0
 		every := 1 + rng.Intn(3) // checkpoint cadence: 1, 2 or 3 steps
 		delay := time.Duration(rng.Intn(25)) * time.Millisecond
+		// Every third trial also kills the first resume at a later step.
+		second := 0
+		if trial%3 == 1 && k < len(soakSteps) {
+			second = k + 1 + rng.Intn(len(soakSteps)-k)
+		}
 		name := fmt.Sprintf("soak-%03d", trial)
 		runID := "r-" + name
-		desc := fmt.Sprintf("trial %d (seed %d): kill at step %d, checkpoint every %d, note %v", trial, trial, k, every, withNote)
+		desc := fmt.Sprintf("trial %d (seed %d): kill at step %d (then the resume at step %d), checkpoint every %d, note %v", trial, trial, k, second, every, withNote)
 
 		// With a note, the turn after step k waits 3 s so the note and the
 		// kill both land while it is in flight; without, the kill lands
@@ -273,6 +279,31 @@ func TestSoakKillAndResume(t *testing.T) {
 			// still be the uninterrupted one.
 			finishedEarly++
 		} else {
+			if second > 0 {
+				// Crash the resume too, while its turn after step
+				// `second` is in flight.
+				srv.Close()
+				srv = fakellm.Start(soakScript(t, second))
+				env = withLLM(srv, fmt.Sprintf("WORKER_CHECKPOINT_EVERY_N_STEPS=%d", every))
+				rc, rout := soakCmd(env, append([]string{"run-task", "resume", runID}, common...)...)
+				if err := rc.Start(); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(60 * time.Second)
+				for countType(soakTranscript(t, dataRoot, runID), "tool_result") < second {
+					if time.Now().After(deadline) {
+						rc.Process.Kill()
+						rc.Wait()
+						t.Fatalf("%s: the first resume never showed step %d:\n%s", desc, second, rout)
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+				rc.Process.Signal(syscall.SIGKILL)
+				if err := rc.Wait(); err == nil {
+					t.Fatalf("%s: the first resume finished before its kill:\n%s", desc, rout)
+				}
+				doubleCrash++
+			}
 			srv.Close()
 			srv = fakellm.Start(soakScript(t, -1))
 			env = withLLM(srv, fmt.Sprintf("WORKER_CHECKPOINT_EVERY_N_STEPS=%d", every))
@@ -325,8 +356,8 @@ func TestSoakKillAndResume(t *testing.T) {
 		}
 		srv.Close()
 	}
-	t.Logf("%d kill-and-resume trials, all with the uninterrupted diff (patch-id %s); notes delivered once each: %d after the resume, %d before the kill; %d runs finished before their kill",
-		trials, want.patchID, afterResume, beforeKill, finishedEarly)
+	t.Logf("%d kill-and-resume trials (%d also killed during the resume), all with the uninterrupted diff (patch-id %s); notes delivered once each: %d after the resume, %d before the kill; %d runs finished before their kill",
+		trials, doubleCrash, want.patchID, afterResume, beforeKill, finishedEarly)
 	if trials >= 2 && afterResume == 0 {
 		t.Errorf("no trial delivered its note after the resume: the crash path of notes went untested")
 	}
