@@ -145,15 +145,30 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	}
 	newCommit := m.commit
 	o.Fault("commit")
-	notesOld, notesNew, err := np.commit(ctx, ng, newCommit)
-	if err != nil {
-		return "", fmt.Errorf("receipt note: %w", err)
-	}
-	tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, newCommit, tip, NotesRef, notesNew, firstNonEmpty(notesOld, zeroOID))
-	if _, err := l.g.RunInput(ctx, strings.NewReader(tx), "update-ref", "-m", "conductor land "+l.d.ID, "--stdin"); err != nil {
-		objs, lerr := lookup(ctx, l.g, l.ref)
-		if lerr == nil && objs[0].OID != tip {
-			return "", nil // moved: the caller retries once
+	for try := 0; ; try++ {
+		notesOld, notesNew, err := np.commit(ctx, ng, newCommit)
+		if err != nil {
+			return "", fmt.Errorf("receipt note: %w", err)
+		}
+		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, newCommit, tip, NotesRef, notesNew, firstNonEmpty(notesOld, zeroOID))
+		_, err = l.g.RunInput(ctx, strings.NewReader(tx), "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
+		if err == nil {
+			break
+		}
+		objs, lerr := lookup(ctx, l.g, l.ref, NotesRef)
+		if lerr != nil {
+			return "", fmt.Errorf("move %s: %w", l.target, err)
+		}
+		if objs[0].OID != tip {
+			return "", nil // the target moved: the caller retries once
+		}
+		if objs[1].OID != notesOld && try < 3 {
+			// Someone else wrote a note (outside conductor's lock): rebuild
+			// the notes commit on top of theirs.
+			if np, err = l.prepareNote(ctx, ng, append(note, '\n')); err != nil {
+				return "", fmt.Errorf("receipt note: %w", err)
+			}
+			continue
 		}
 		return "", fmt.Errorf("move %s: %w", l.target, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -231,7 +232,11 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			return out, fmt.Errorf("decision %s names no repository", d.ID)
 		}
 		if g, err = patch.OpenRepo(d.Repo); err != nil {
-			return out, fmt.Errorf("decision %s: %w", d.ID, err)
+			// A linked worktree's private git dir names its repository.
+			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
+				return out, fmt.Errorf("decision %s: %w", d.ID, err)
+			}
+			g = patch.Git{GitDir: d.Repo}
 		}
 	}
 	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config}

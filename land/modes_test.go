@@ -3,6 +3,7 @@ package land
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -168,5 +169,47 @@ func TestLandVerdictRefSpelling(t *testing.T) {
 	}
 	if msg := f.git("log", "-1", "--format=%B", "main"); !strings.Contains(msg, "Run-Id: unknown") || !strings.Contains(msg, "Model: unknown") {
 		t.Fatalf("trailers without a run:\n%s", msg)
+	}
+}
+
+// A note written by someone else between the note's preparation and the
+// ref transaction is kept: the notes commit is rebuilt on top of it.
+func TestLandKeepsForeignNote(t *testing.T) {
+	f := newFixture(t)
+	id, _ := f.approved("a", change)
+	out, err := f.land(id, func(o *Options) {
+		o.Fault = func(step string) {
+			if step == "commit" {
+				f.git("notes", "--ref=conductor", "add", "-m", "foreign", "refs/heads/work/a")
+			}
+		}
+	})
+	if err != nil || out.Status != StatusLanded {
+		t.Fatalf("%+v %v", out, err)
+	}
+	if n := f.git("notes", "--ref=conductor", "show", "refs/heads/work/a"); n != "foreign" {
+		t.Fatalf("foreign note lost: %q", n)
+	}
+	if !strings.Contains(f.git("notes", "--ref=conductor", "show", out.Commit), `"decision": "`+id+`"`) {
+		t.Fatal("receipt note missing")
+	}
+}
+
+// A decision whose repository is a linked worktree's private git dir lands
+// in the repository.
+func TestLandRepoIsLinkedGitDir(t *testing.T) {
+	f := newFixture(t)
+	id, c := f.approved("a", change)
+	wt := filepath.Join(t.TempDir(), "linked")
+	f.git("worktree", "add", "-q", "--detach", wt, "main")
+	d, err := f.store.RaiseDecision(context.Background(), bus.Decision{Kind: bus.KindMergeProtected,
+		Repo: filepath.Join(f.gitdir, "worktrees", "linked"), WorkRef: "work/a", Commit: c, Target: "main"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.store.ResolveDecision(context.Background(), d.ID, bus.OptionMerge, "pm")
+	_ = id
+	if out, err := f.land(d.ID, nil); err != nil || out.Status != StatusLanded {
+		t.Fatalf("%+v %v", out, err)
 	}
 }
