@@ -199,4 +199,3 @@ func landStateCmd(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("state changed:\n--- before\n%s\n--- after\n%s", want, b.String())
 	}
 }
-
