@@ -68,8 +68,9 @@ type Extracted struct {
 //
 // It works through a temporary index in a neutral git dir that shares only
 // the repository's object store (see newNeutralRepo): the worker's own index
-// is never read or written, no hook, fsmonitor, filter, textconv or external
-// diff can run, and no attribute or configuration can change the bytes.
+// is never written (a copy of it lends stat data, see seedIndex), no hook,
+// fsmonitor, filter, textconv or external diff can run, and no attribute or
+// configuration can change the bytes.
 // The git dir and config found in the worktree are never looked at.
 // Embedded repositories (gitlinks) are refused.
 func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
@@ -102,6 +103,9 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, fmt.Errorf("extract: write tree: %w", err)
 	}
 	ex.Tree = tree
+	if tree == baseTree {
+		return ex, nil
+	}
 	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
 	files, err := changedFiles(ctx, bare, baseTree, tree)
 	if err != nil {
