@@ -610,3 +610,45 @@ func TestBwrapFileSizeLimit(t *testing.T) {
 		t.Fatalf("a 512 KiB file: %v %s", err, res.Output)
 	}
 }
+
+func TestBwrapConcurrentCommands(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	const n = 12
+	type got struct {
+		i   int
+		res Result
+		err error
+	}
+	out := make(chan got, n)
+	for i := 0; i < n; i++ {
+		dir := worktree(t)
+		go func(i int) {
+			spec := Spec{Dir: dir, Argv: []string{"echo", fmt.Sprint("command-", i)}, Env: []string{testPath}, Timeout: 30 * time.Second}
+			if i%4 == 3 { // some time out meanwhile
+				spec = Spec{Dir: dir, Argv: []string{et, "orphans", fmt.Sprint("concurrent-token-", i)}, Timeout: 500 * time.Millisecond}
+			}
+			res, err := sb.Run(context.Background(), spec)
+			out <- got{i, res, err}
+		}(i)
+	}
+	for k := 0; k < n; k++ {
+		g := <-out
+		if g.err != nil {
+			t.Errorf("command %d: %v", g.i, g.err)
+			continue
+		}
+		if g.i%4 == 3 {
+			if !g.res.TimedOut {
+				t.Errorf("command %d: %+v, want a timeout", g.i, g.res)
+			}
+			if pids := processesWith(fmt.Sprint("concurrent-token-", g.i)); len(pids) > 0 {
+				t.Errorf("command %d left processes: %v", g.i, pids)
+			}
+			continue
+		}
+		if want := fmt.Sprint("command-", g.i, "\n"); string(g.res.Output) != want || g.res.ExitCode != 0 {
+			t.Errorf("command %d: exit %d output %q, want %q", g.i, g.res.ExitCode, g.res.Output, want)
+		}
+	}
+}
