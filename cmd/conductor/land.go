@@ -35,7 +35,7 @@ func newLandCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
-			&cli.BoolFlag{Name: "worktree", Usage: "squash-check and gate in a scratch worktree even when no gate command needs files"},
+			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
