@@ -167,12 +167,14 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 			argsW.Close()
 		}()
 		go func() {
+			// The first JSON document on the pipe is bwrap's, written
+			// once the sandbox exists; take it as soon as it arrives.
 			var si sandboxInfo
-			data, _ := io.ReadAll(infoR)
-			if len(bytes.TrimSpace(data)) > 0 {
-				_ = json.Unmarshal(data, &si)
+			if err := json.NewDecoder(infoR).Decode(&si); err != nil {
+				si = sandboxInfo{}
 			}
 			infoCh <- si
+			_, _ = io.Copy(io.Discard, infoR)
 		}()
 		var got *sandboxInfo
 		getInfo := func(wait time.Duration) *sandboxInfo {
