@@ -3,7 +3,6 @@ package patch
 import (
 	"bytes"
 	"context"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,9 +38,7 @@ func TestCheckPath(t *testing.T) {
 }
 
 func TestApplyBadInput(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	repo, _, g, base := linkedWorktree(t, 31)
 	var name string
 	for _, n := range g.names() {

@@ -74,9 +74,7 @@ func privateGitDir(t testing.TB, repo string) string {
 }
 
 func TestExtractRoundTrip(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	ctx := context.Background()
 	repo, wt, g, base := linkedWorktree(t, 7)
 	private := privateGitDir(t, repo)
@@ -162,9 +160,7 @@ func TestExtractRoundTrip(t *testing.T) {
 }
 
 func TestExtractNoChanges(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	repo, wt, _, base := linkedWorktree(t, 3)
 	var diff bytes.Buffer
 	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &diff})
@@ -177,9 +173,7 @@ func TestExtractNoChanges(t *testing.T) {
 }
 
 func TestExtractBadInput(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	repo, wt, _, base := linkedWorktree(t, 5)
 	private := privateGitDir(t, repo)
 	other := newRepo(t)
@@ -242,9 +236,7 @@ func TestExtractBadInput(t *testing.T) {
 // proves the trap fires under a naive git invocation, then proves that
 // Extract runs none of it and converts no bytes.
 func TestExtractHostileConfig(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	repo, wt, g, base := linkedWorktree(t, 11)
 	private := privateGitDir(t, repo)
 	trap := t.TempDir()
@@ -366,9 +358,7 @@ func TestExtractHostileConfig(t *testing.T) {
 // never hides a change (same size, mtime put back, in the same second or
 // later), and an unusable index falls back to a plain read.
 func TestExtractIndexSeeding(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	ctx := context.Background()
 	repo, wt, g, base := linkedWorktree(t, 21)
 	private := privateGitDir(t, repo)
@@ -450,9 +440,7 @@ func TestExtractIndexSeeding(t *testing.T) {
 // TestExtractOddNames: names that git quotes in diffs (tab, quote,
 // backslash, newline, non-ASCII, leading dash) round-trip.
 func TestExtractOddNames(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	ctx := context.Background()
 	repo, wt, g, base := linkedWorktree(t, 41)
 	for i, name := range []string{"tab\there.txt", "quote\"d.txt", "back\\slash.txt", "new\nline.txt", "ünïcödé/файл.txt", "-dash.txt", "sp ace/x y.txt"} {

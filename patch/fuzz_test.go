@@ -29,6 +29,7 @@ func samplePatches(t testing.TB) map[string][]byte {
 }
 
 func TestSamplePatchesMatchGit(t *testing.T) {
+	requireGit(t)
 	for name, b := range samplePatches(t) {
 		t.Run(name, func(t *testing.T) {
 			assertSameAsGit(t, b)

@@ -12,6 +12,18 @@ import (
 	"testing"
 )
 
+// requireGit skips a test when git is not installed, except under CI
+// (CI=true), where a missing git is a failure.
+func requireGit(t testing.TB) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git not installed (required when CI=true)")
+		}
+		t.Skip("git not installed")
+	}
+}
+
 // testEnv is the isolated environment every test git runs with.
 func testEnv(home string) []string {
 	return []string{

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 )
@@ -73,9 +72,7 @@ func generatedHistory(t testing.TB, seed int64, n int) string {
 }
 
 func TestPatchIDGeneratedHistoryMatchesGit(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	dir := generatedHistory(t, 20260101, 520)
 	streams := []struct {
 		name string
@@ -127,9 +124,7 @@ func firstID(t *testing.T, input []byte, m Mode) string {
 // TestPatchIDGitBehaviours covers the behaviours git's own patch-id tests
 // check; every input is also compared byte for byte with `git patch-id`.
 func TestPatchIDGitBehaviours(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	dir := newRepo(t)
 	write := func(name, content string, mode os.FileMode) {
 		t.Helper()
@@ -291,9 +286,7 @@ func strictIDs(input []byte, m Mode) ([]byte, error) {
 // (every binary hunk of a generated history) and refuses broken input with
 // an error naming the line.
 func TestPatchIDStrict(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	dir := generatedHistory(t, 99, 120)
 	valid := testGit(t, dir, nil, "log", "-p", "--binary", "--no-renames")
 	if !bytes.Contains(valid, []byte("\ndelta ")) || !bytes.Contains(valid, []byte("\nliteral ")) {
@@ -337,9 +330,7 @@ func TestPatchIDStrict(t *testing.T) {
 // line-level mutations of real patches (dropped, duplicated and swapped
 // lines, stray markers, commit lines, cut lines, CR, NUL) in large batches.
 func TestPatchIDMutatedInputsMatchGit(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git not installed")
-	}
+	requireGit(t)
 	var seeds [][]byte
 	for _, b := range samplePatches(t) {
 		seeds = append(seeds, b)
