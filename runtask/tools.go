@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -272,6 +273,70 @@ func hardLinked(fi fs.FileInfo) error {
 	return nil
 }
 
+// errNotRegular refuses named pipes, sockets and devices: opening one could
+// hang the conductor or read something that is not a file.
+var errNotRegular = errors.New("not a regular file (a named pipe, socket or device)")
+
+// openRegular opens p without blocking (O_NONBLOCK: a named pipe planted by
+// a command cannot hang the conductor) and checks, on the open file, that it
+// is a regular file with a single link and at most max bytes.
+func openRegular(root *os.Root, p string, flag int, max int64) (*os.File, fs.FileInfo, error) {
+	if fi, err := root.Stat(p); err == nil && !fi.IsDir() && !fi.Mode().IsRegular() {
+		return nil, nil, errNotRegular // clearer than what the open would say
+	}
+	f, err := root.OpenFile(p, flag|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o644)
+	if err != nil {
+		return nil, nil, errors.New(stripRootErr(err))
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = errors.New("is a folder")
+	}
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+	}
+	if err == nil {
+		err = hardLinked(fi)
+	}
+	if err == nil && max > 0 && fi.Size() > max {
+		err = fmt.Errorf("%d bytes is too large", fi.Size())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// readRegular reads a regular file of the worktree (see openRegular).
+func readRegular(root *os.Root, p string, max int64) ([]byte, fs.FileInfo, error) {
+	f, fi, err := openRegular(root, p, os.O_RDONLY, max)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	return b, fi, err
+}
+
+// writeRegular replaces the content of a regular file, creating it when
+// absent (mode 0644); an existing file keeps its mode.
+func writeRegular(root *os.Root, p string, data []byte) error {
+	f, _, err := openRegular(root, p, os.O_WRONLY|os.O_CREATE, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 func isBinary(b []byte) bool {
 	return bytes.IndexByte(b[:min(len(b), 8000)], 0) >= 0
 }
@@ -289,22 +354,12 @@ func (tb *toolbox) readFile(args string) toolResult {
 	if err != nil {
 		return errResult("%v", err)
 	}
-	fi, err := tb.root.Stat(p)
+	b, _, err := readRegular(tb.root, p, readMaxFileSize)
 	if err != nil {
-		return errResult("read %s: %s", p, stripRootErr(err))
-	}
-	if fi.IsDir() {
-		return errResult("read %s: is a folder; use list_dir", p)
-	}
-	if err := hardLinked(fi); err != nil {
+		if strings.HasPrefix(err.Error(), "is a folder") {
+			return errResult("read %s: is a folder; use list_dir", p)
+		}
 		return errResult("read %s: %v", p, err)
-	}
-	if fi.Size() > readMaxFileSize {
-		return errResult("read %s: %d bytes is too large to read", p, fi.Size())
-	}
-	b, err := tb.root.ReadFile(p)
-	if err != nil {
-		return errResult("read %s: %s", p, stripRootErr(err))
 	}
 	if isBinary(b) {
 		return errResult("read %s: binary file (%d bytes)", p, len(b))
@@ -356,18 +411,8 @@ func (tb *toolbox) writeFile(args string) toolResult {
 			return errResult("write %s: %s", p, stripRootErr(err))
 		}
 	}
-	perm := fs.FileMode(0o644)
-	if fi, err := tb.root.Stat(p); err == nil {
-		if fi.IsDir() {
-			return errResult("write %s: is a folder", p)
-		}
-		if err := hardLinked(fi); err != nil {
-			return errResult("write %s: %v", p, err)
-		}
-		perm = fi.Mode().Perm()
-	}
-	if err := tb.root.WriteFile(p, []byte(*a.Content), perm); err != nil {
-		return errResult("write %s: %s", p, stripRootErr(err))
+	if err := writeRegular(tb.root, p, []byte(*a.Content)); err != nil {
+		return errResult("write %s: %v", p, err)
 	}
 	return toolResult{Content: fmt.Sprintf("wrote %s (%d bytes)", p, len(*a.Content)), Touched: []string{p}}
 }
@@ -394,19 +439,9 @@ func (tb *toolbox) editFile(args string) toolResult {
 	if err := tb.role.CheckWrite(p); err != nil {
 		return errResult("edit %s: %s", p, refusalText(err))
 	}
-	fi, err := tb.root.Stat(p)
+	b, _, err := readRegular(tb.root, p, readMaxFileSize)
 	if err != nil {
-		return errResult("edit %s: %s", p, stripRootErr(err))
-	}
-	if fi.IsDir() {
-		return errResult("edit %s: is a folder", p)
-	}
-	if err := hardLinked(fi); err != nil {
 		return errResult("edit %s: %v", p, err)
-	}
-	b, err := tb.root.ReadFile(p)
-	if err != nil {
-		return errResult("edit %s: %s", p, stripRootErr(err))
 	}
 	switch n := strings.Count(string(b), *a.OldString); n {
 	case 0:
@@ -416,8 +451,8 @@ func (tb *toolbox) editFile(args string) toolResult {
 		return errResult("edit %s: old_string matches %d places; include more surrounding text so it matches exactly once", p, n)
 	}
 	out := strings.Replace(string(b), *a.OldString, *a.NewString, 1)
-	if err := tb.root.WriteFile(p, []byte(out), fi.Mode().Perm()); err != nil {
-		return errResult("edit %s: %s", p, stripRootErr(err))
+	if err := writeRegular(tb.root, p, []byte(out)); err != nil {
+		return errResult("edit %s: %v", p, err)
 	}
 	return toolResult{Content: fmt.Sprintf("edited %s", p), Touched: []string{p}}
 }
@@ -477,7 +512,7 @@ func (tb *toolbox) grep(ctx context.Context, args string) toolResult {
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() > grepMaxFileSize || hardLinked(fi) != nil {
 			continue // deleted, a symlink, a submodule or too large
 		}
-		data, err := tb.root.ReadFile(f)
+		data, _, err := readRegular(tb.root, f, grepMaxFileSize)
 		if err != nil || isBinary(data) {
 			continue
 		}
@@ -513,8 +548,11 @@ func (tb *toolbox) listDir(args string) toolResult {
 	if err != nil {
 		return errResult("%v", err)
 	}
-	f, err := tb.root.Open(p)
+	f, err := tb.root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_DIRECTORY, 0)
 	if err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return errResult("list %s: not a folder", p)
+		}
 		return errResult("list %s: %s", p, stripRootErr(err))
 	}
 	defer f.Close()

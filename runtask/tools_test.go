@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/conductor-dev/conductor/patch"
@@ -47,6 +48,9 @@ func TestToolConfinement(t *testing.T) {
 	if err := os.Link(outside, filepath.Join(repo, "hardlink")); err != nil {
 		t.Fatal(err)
 	}
+	if err := syscall.Mkfifo(filepath.Join(repo, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for link, target := range map[string]string{
 		"out-abs": outside, "out-rel": "../../" + filepath.Base(filepath.Dir(outside)) + "/secret.txt",
 		"dir-out": filepath.Dir(outside), "gitlink": ".git", "gitcfg": ".git/config", "lib/up": "..", "ok-link": "lib/util.go",
@@ -76,6 +80,10 @@ func TestToolConfinement(t *testing.T) {
 		{"read inside link", ToolReadFile, map[string]any{"path": "ok-link"}, ""},
 		{"read hard link", ToolReadFile, map[string]any{"path": "hardlink"}, "2 hard links"},
 		{"write hard link", ToolWriteFile, map[string]any{"path": "hardlink", "content": "x"}, "2 hard links"},
+		{"read named pipe", ToolReadFile, map[string]any{"path": "pipe"}, "not a regular file"},
+		{"write named pipe", ToolWriteFile, map[string]any{"path": "pipe", "content": "x"}, "not a regular file"},
+		{"edit named pipe", ToolEditFile, map[string]any{"path": "pipe", "old_string": "a", "new_string": "b"}, "not a regular file"},
+		{"list named pipe", ToolListDir, map[string]any{"path": "pipe"}, "not a folder"},
 		{"edit hard link", ToolEditFile, map[string]any{"path": "hardlink", "old_string": "TOP", "new_string": "x"}, "2 hard links"},
 		{"write dotdot", ToolWriteFile, map[string]any{"path": "../evil", "content": "x"}, "uses '..'"},
 		{"write absolute", ToolWriteFile, map[string]any{"path": filepath.Join(t.TempDir(), "evil"), "content": "x"}, "is absolute"},

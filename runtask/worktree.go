@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
@@ -127,8 +128,10 @@ func hashFile(root *os.Root, p string) string {
 		return "link:" + hex.EncodeToString(sum[:])
 	case fi.IsDir():
 		return "dir"
+	case !fi.Mode().IsRegular():
+		return "special:" + fi.Mode().Type().String()
 	}
-	f, err := root.Open(p)
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return ""
 	}
