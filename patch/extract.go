@@ -1,6 +1,7 @@
 package patch
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -107,19 +109,11 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, nil
 	}
 	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
-	files, err := changedFiles(ctx, bare, baseTree, tree)
+	id, files, size, err := canonicalDiff(ctx, bare, baseTree, tree, opts.Out, true)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
-	ex.Files = files
-	if len(files) == 0 {
-		return ex, nil
-	}
-	id, size, err := canonicalDiff(ctx, bare, baseTree, tree, opts.Out)
-	if err != nil {
-		return ex, fmt.Errorf("extract: %w", err)
-	}
-	ex.PatchID, ex.Bytes = id, size
+	ex.PatchID, ex.Files, ex.Bytes = id, files, size
 	return ex, nil
 }
 
@@ -185,45 +179,89 @@ func DiffTrees(ctx context.Context, g Git, from, to string, w io.Writer) (string
 		return "", fmt.Errorf("diff trees: %w", err)
 	}
 	defer n.close()
-	id, _, err := canonicalDiff(ctx, n.Git, fromTree, toTree, w)
+	id, _, _, err := canonicalDiff(ctx, n.Git, fromTree, toTree, w, false)
 	if err != nil {
 		return "", fmt.Errorf("diff trees %s..%s: %w", from, to, err)
 	}
 	return id, nil
 }
 
-// changedFiles lists the paths that differ between two trees and refuses
-// gitlinks, which a diff cannot carry.
-func changedFiles(ctx context.Context, g Git, from, to string) ([]string, error) {
-	out, err := g.Run(ctx, "diff-tree", "-r", "-z", "--raw", "--no-renames", "--ignore-submodules=none", from, to)
-	if err != nil {
-		return nil, fmt.Errorf("list changes: %w", err)
+// parseRawLine reads one line of `diff-tree --raw` output (without -z:
+// the path is C-quoted when git quotes it) and refuses gitlinks, which a
+// diff cannot carry.
+func parseRawLine(line string) (string, error) {
+	tab := strings.IndexByte(line, '\t')
+	if !strings.HasPrefix(line, ":") || tab < 0 {
+		return "", fmt.Errorf("list changes: unexpected raw line %q", line)
 	}
-	var files []string
-	fields := bytes.Split(out, []byte{0})
-	for i := 0; i+1 < len(fields); i += 2 {
-		meta, path := string(fields[i]), string(fields[i+1])
-		if !strings.HasPrefix(meta, ":") {
-			return nil, fmt.Errorf("list changes: unexpected raw line %q", meta)
+	m := strings.Fields(line[1:tab])
+	path := line[tab+1:]
+	if strings.HasPrefix(path, "\"") {
+		p, err := strconv.Unquote(path)
+		if err != nil {
+			return "", fmt.Errorf("list changes: unexpected quoted path %s", path)
 		}
-		m := strings.Fields(meta[1:])
-		if len(m) < 2 {
-			return nil, fmt.Errorf("list changes: unexpected raw line %q", meta)
-		}
-		if m[0] == "160000" || m[1] == "160000" {
-			return nil, fmt.Errorf("%s: embedded git repository (submodule) cannot be extracted; remove it or its .git", path)
-		}
-		files = append(files, path)
+		path = p
 	}
-	return files, nil
+	if len(m) < 2 {
+		return "", fmt.Errorf("list changes: unexpected raw line %q", line)
+	}
+	if m[0] == "160000" || m[1] == "160000" {
+		return "", fmt.Errorf("%s: embedded git repository (submodule) cannot be extracted; remove it or its .git", path)
+	}
+	return path, nil
 }
 
 // canonicalDiff streams the canonical diff of two trees to w while hashing
-// it, and returns the binding patch-id and the size.
-func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer) (string, int64, error) {
+// it, and returns the binding patch-id and the size. With files set, the
+// same git process first lists the changed paths (`--raw`, read and checked
+// before any byte reaches w) and they are returned too.
+func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer, withFiles bool) (string, []string, int64, error) {
 	if w == nil {
 		w = io.Discard
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	args := []string{"diff-tree"}
+	if withFiles {
+		args = append(args, "--raw")
+	}
+	args = append(append(args, CanonicalDiffArgs()...), from, to)
+	cmd := g.Command(ctx, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", nil, 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", nil, 0, &GitError{Args: args, Err: err}
+	}
+	br := bufio.NewReaderSize(stdout, 256<<10)
+	var files []string
+	if withFiles {
+		for {
+			line, err := br.ReadString('\n')
+			line = strings.TrimSuffix(line, "\n")
+			if err == io.EOF && line == "" {
+				break
+			}
+			if line == "" {
+				break // the blank line between the list and the patch
+			}
+			path, perr := parseRawLine(line)
+			if perr != nil {
+				cancel()
+				cmd.Wait()
+				return "", nil, 0, perr
+			}
+			files = append(files, path)
+			if err != nil {
+				break
+			}
+		}
+	}
+
 	pr, pw := io.Pipe()
 	type idResult struct {
 		id  string
@@ -236,28 +274,28 @@ func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer) (st
 		done <- idResult{id, err}
 	}()
 	cw := &countingWriter{w: w}
-	args := append([]string{"diff-tree"}, CanonicalDiffArgs()...)
-	args = append(args, from, to)
-	cmd := g.Command(ctx, args...)
-	var stderr bytes.Buffer
-	cmd.Stdout = io.MultiWriter(cw, pw)
-	cmd.Stderr = &stderr
-	err := cmd.Run()
+	_, copyErr := io.Copy(io.MultiWriter(cw, pw), br)
+	if copyErr != nil {
+		cancel()
+	}
+	err = cmd.Wait()
 	pw.Close()
 	res := <-done
-	if err != nil {
-		if cw.err != nil {
-			return "", cw.n, fmt.Errorf("write diff: %w", cw.err)
-		}
+	switch {
+	case cw.err != nil:
+		return "", nil, cw.n, fmt.Errorf("write diff: %w", cw.err)
+	case copyErr != nil:
+		return "", nil, cw.n, fmt.Errorf("read diff: %w", copyErr)
+	case err != nil:
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return "", cw.n, &GitError{Args: args, Stderr: stderr.Bytes(), Err: err}
+		return "", nil, cw.n, &GitError{Args: args, Stderr: stderr.Bytes(), Err: err}
 	}
 	if res.err != nil && !(errors.Is(res.err, ErrNoPatch) && cw.n == 0) {
-		return "", cw.n, res.err
+		return "", nil, cw.n, res.err
 	}
-	return res.id, cw.n, nil
+	return res.id, files, cw.n, nil
 }
 
 type countingWriter struct {
