@@ -130,6 +130,9 @@ func hashFile(root *os.Root, p string) string {
 		return "dir"
 	case !fi.Mode().IsRegular():
 		return "special:" + fi.Mode().Type().String()
+	case fi.Size() > hashMaxSize:
+		// A huge (perhaps sparse) file a command wrote is not read whole.
+		return fmt.Sprintf("large:%d:%d", fi.Size(), fi.ModTime().UnixNano())
 	}
 	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
@@ -142,6 +145,9 @@ func hashFile(root *os.Root, p string) string {
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// hashMaxSize bounds the files hashed for checkpoints and drift checks.
+const hashMaxSize = 256 << 20
 
 // touchedSet tracks files the worker changed, with content hashes.
 type touchedSet map[string]string
