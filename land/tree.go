@@ -117,11 +117,31 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		}
 	}
 	defer l.removeScratch(context.WithoutCancel(ctx), root)
-	if mode == ModeTree {
+	var co *Checkout
+	if mode == ModeWorktree && l.o.Checkout != nil {
+		var err error
+		if co, err = l.o.Checkout(ctx, tip); err != nil {
+			l.o.Log.Warn("land: no pooled worktree, using a scratch one", "err", err)
+			co = nil
+		}
+	}
+	switch {
+	case mode == ModeTree:
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
-	} else {
+	case co != nil:
+		defer func() {
+			if err := co.Release(context.WithoutCancel(ctx)); err != nil {
+				l.o.Log.Warn("land: releasing the pooled worktree", "dir", co.Git.WorkTree, "err", err)
+			}
+		}()
+		dir = co.Git.WorkTree
+		if err := checkoutTree(ctx, co.Git, tree); err != nil {
+			return nil, err
+		}
+		l.o.Fault("worktree")
+	default:
 		if _, err := l.g.Run(ctx, "worktree", "add", "--detach", "--no-checkout", dir, tip); err != nil {
 			return nil, fmt.Errorf("scratch worktree: %w", err)
 		}
@@ -129,19 +149,8 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		if err != nil {
 			return nil, err
 		}
-		if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
-			return nil, fmt.Errorf("scratch worktree: check out %s: %w", short(tree), err)
-		}
-		// The checkout must hold exactly the tree being committed.
-		got, err := wg.Line(ctx, "write-tree")
-		if err != nil {
+		if err := checkoutTree(ctx, wg, tree); err != nil {
 			return nil, err
-		}
-		if got != tree {
-			return nil, fmt.Errorf("scratch worktree holds tree %s, expected %s", got, tree)
-		}
-		if err := os.Remove(filepath.Join(dir, ".git")); err != nil {
-			return nil, fmt.Errorf("scratch worktree: unlink .git: %w", err)
 		}
 		l.o.Fault("worktree")
 	}
@@ -154,6 +163,26 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
 	return runGate(ctx, cmds, dir, env)
+}
+
+// checkoutTree makes the worktree's index and files exactly tree, checks
+// it, and unlinks the worktree's .git so that nothing the gate runs reaches
+// the repository through git.
+func checkoutTree(ctx context.Context, wg patch.Git, tree string) error {
+	if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
+		return fmt.Errorf("gate worktree: check out %s: %w", short(tree), err)
+	}
+	got, err := wg.Line(ctx, "write-tree")
+	if err != nil {
+		return err
+	}
+	if got != tree {
+		return fmt.Errorf("gate worktree holds tree %s, expected %s", got, tree)
+	}
+	if err := os.Remove(filepath.Join(wg.WorkTree, ".git")); err != nil {
+		return fmt.Errorf("gate worktree: unlink .git: %w", err)
+	}
+	return nil
 }
 
 func safeName(s string) string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"strings"
@@ -10,8 +11,10 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/land"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newLandCmd(d *deps) *cli.Command {
@@ -28,7 +31,8 @@ func newLandCmd(d *deps) *cli.Command {
 			"exactly the tree being committed. Then it commits once (trailers Decision-Id, Reviewed-Commit,\n" +
 			"Patch-Id, Run-Id, Model; a JSON receipt note on refs/notes/conductor) and moves the target by\n" +
 			"compare-and-swap, retrying once from a moved tip. No checkout is made unless a gate command needs\n" +
-			"files (then a scratch worktree under the data root, removed afterwards). A worktree that has the\n" +
+			"files: then a free worktree of the worker pool (WORKER_WORKTREE_BASE) is borrowed and reset, or a\n" +
+			"scratch worktree under the data root is made and removed. A worktree that has the\n" +
 			"target checked out is moved along (refused when it has local changes). Landing a landed decision\n" +
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
@@ -69,6 +73,12 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	var checkout func(context.Context, string) (*land.Checkout, error)
+	if repo != "" {
+		if rg, err := patch.OpenRepo(repo); err == nil {
+			checkout = pooledCheckout(runtask.NewPool(firstOf(d.Getenv("WORKER_WORKTREE_BASE"), cfg.WorktreesDir()), rg, d.Getenv), id)
+		}
+	}
 	_, err = land.Run(ctx, land.Options{
 		Store:      store,
 		Rules:      pol.Landing(),
@@ -82,12 +92,37 @@ func landAction(c *cli.Context, d *deps) error {
 		Now:      d.Now,
 		Getenv:   d.Getenv,
 		Worktree: c.Bool("worktree"),
+		Checkout: checkout,
 		Out:      d.Stdout,
 		JSON:     c.Bool("json"),
 		Log:      d.Log,
 		Fault:    faultInjector(d.Getenv, "land"),
 	})
 	return err
+}
+
+// pooledCheckout lends the gate a free worktree of the worker pool (reset
+// to the target tip; the pool resets it again on release). It never grows
+// the pool: with no free worktree land makes a scratch one and removes it.
+func pooledCheckout(pool *runtask.Pool, owner string) func(context.Context, string) (*land.Checkout, error) {
+	return func(ctx context.Context, commit string) (*land.Checkout, error) {
+		slots, err := pool.Status(ctx)
+		if err != nil {
+			return nil, err
+		}
+		free := false
+		for _, s := range slots {
+			free = free || (s.State == runtask.SlotFree && !s.InUse && s.Exists)
+		}
+		if !free {
+			return nil, nil
+		}
+		lease, err := pool.Acquire(ctx, commit, "land "+owner)
+		if err != nil {
+			return nil, err
+		}
+		return &land.Checkout{Git: lease.Git, Release: lease.Release}, nil
+	}
 }
 
 // faultInjector returns a hook that SIGKILLs the process at the step named
