@@ -31,10 +31,12 @@
 // The squash is `git merge-tree --write-tree` of the target tip and the
 // approved commit: a tree, no index, no worktree. When no gate command
 // NeedsFiles, the gate runs in an empty scratch folder (the tree id is in
-// CONDUCTOR_LAND_TREE). Otherwise (or with Options.Worktree) a detached
-// scratch worktree under the data root gets exactly that tree checked out
-// (verified with write-tree), its .git link is removed so nothing the gate
-// runs can reach the repository, and the gate runs there. Either way the
+// CONDUCTOR_LAND_TREE). Otherwise (or with Options.Worktree) a worktree gets
+// exactly that tree checked out (verified with write-tree) and its .git link
+// removed, so nothing the gate runs can reach the repository, and the gate
+// runs there: a free worktree of the worker pool when Options.Checkout
+// lends one (the CLI does; the pool resets it on release), else a detached
+// scratch worktree under the data root. Either way the
 // committed tree is the one computed before the gate. Scratch folders and
 // worktree admin entries are removed before Run returns, and stale ones (a
 // killed landing) by the next landing on the same target.
