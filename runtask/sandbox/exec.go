@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -42,6 +43,45 @@ type runner struct {
 // must stop, and reports what happened. cmd must have been built with
 // SysProcAttr.Setpgid set.
 func (r runner) execute(ctx context.Context, cmd *exec.Cmd, spec Spec) (Result, error) {
+	// The command is started from a thread of its own that first joins a
+	// new, empty session keyring: otherwise it would inherit (and possess)
+	// the conductor's session keyring, and could read every key in it
+	// whatever uid it runs as. The thread's credentials differ from the
+	// others' from then on, so it is never unlocked: it ends with this
+	// goroutine, after the command is gone (it must outlive the command:
+	// the parent-death signal is tied to the thread that forked).
+	type ret struct {
+		res Result
+		err error
+	}
+	done := make(chan ret, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := joinEmptySessionKeyring(); err != nil {
+			done <- ret{Result{ExitCode: -1}, fmt.Errorf("sandbox: isolate the kernel keyrings: %w", err)}
+			return
+		}
+		res, err := r.executeHere(ctx, cmd, spec)
+		done <- ret{res, err}
+	}()
+	v := <-done
+	return v.res, v.err
+}
+
+// joinEmptySessionKeyring gives the calling thread a new anonymous session
+// keyring (KEYCTL_JOIN_SESSION_KEYRING with no name). A kernel without
+// keyrings (ENOSYS) has nothing to leak.
+func joinEmptySessionKeyring() error {
+	const keyctlJoinSessionKeyring = 1
+	_, _, errno := syscall.Syscall(syscall.SYS_KEYCTL, keyctlJoinSessionKeyring, 0, 0)
+	if errno != 0 && errno != syscall.ENOSYS {
+		return errno
+	}
+	return nil
+}
+
+// executeHere runs the command from the calling goroutine's thread.
+func (r runner) executeHere(ctx context.Context, cmd *exec.Cmd, spec Spec) (Result, error) {
 	limit := spec.OutputLimit
 	if limit <= 0 {
 		limit = r.opts.OutputLimit

@@ -17,6 +17,7 @@
 //	escapetool orphans TOKEN         leave children behind (one in a new session), then sleep
 //	escapetool linger TOKEN          sleep forever (TOKEN marks it in the process table)
 //	escapetool fds                   list the descriptors it inherited beyond 0, 1, 2
+//	escapetool keys                  read every key of the kernel keyrings it possesses
 //	escapetool id                    print uid, gid and groups
 //
 // Exit status: 0 when the attempt succeeded, 1 when it failed (the error is
@@ -29,9 +30,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 func main() {
@@ -120,6 +123,9 @@ func main() {
 				}
 			}
 		}
+	case "keys":
+		need(0)
+		err = keys()
 	case "id":
 		need(0)
 		groups, _ := os.Getgroups()
@@ -134,7 +140,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|keys|id ...")
 	os.Exit(2)
 }
 
@@ -192,4 +198,47 @@ func fill(path string, n int64) error {
 		n -= k
 	}
 	return f.Close()
+}
+
+// keys reads the session, user-session, user and process keyrings and every
+// key in them it may read, printing the payloads.
+func keys() error {
+	const (
+		sysKeyctl   = 250 // amd64
+		keyctlRead  = 11
+		keyctlDescr = 6
+	)
+	if runtime.GOARCH != "amd64" {
+		return fmt.Errorf("keys: only on amd64")
+	}
+	read := func(id int32) ([]byte, error) {
+		buf := make([]byte, 4096)
+		n, _, errno := syscall.Syscall6(sysKeyctl, keyctlRead, uintptr(id), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+		if errno != 0 {
+			return nil, errno
+		}
+		return buf[:min(int(n), len(buf))], nil
+	}
+	found := false
+	for _, ring := range []int32{-3, -5, -4, -2, -1} { // session, user-session, user, process, thread
+		ids, err := read(ring)
+		if err != nil {
+			fmt.Printf("keyring %d: %v\n", ring, err)
+			continue
+		}
+		for i := 0; i+4 <= len(ids); i += 4 {
+			id := int32(uint32(ids[i]) | uint32(ids[i+1])<<8 | uint32(ids[i+2])<<16 | uint32(ids[i+3])<<24)
+			payload, err := read(id)
+			if err != nil {
+				fmt.Printf("key %d in %d: %v\n", id, ring, err)
+				continue
+			}
+			found = true
+			fmt.Printf("key %d in %d: %q\n", id, ring, payload)
+		}
+	}
+	if !found {
+		return fmt.Errorf("no readable key")
+	}
+	return nil
 }
