@@ -142,6 +142,9 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 		out.Status = StatusRefused
 		out.Refusal = rf
 	}
+	if out.Warning != "" && rf == nil {
+		o.Log.Warn("land: " + out.Warning)
+	}
 	if err == nil || rf != nil {
 		if perr := printOutcome(o.Out, o.JSON, out); perr != nil && err == nil {
 			err = perr
@@ -168,9 +171,6 @@ func printOutcome(w io.Writer, asJSON bool, out Outcome) error {
 		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s",
 			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
 			indent(out.Message, "    "))
-	}
-	if err == nil && out.Warning != "" && out.Status != StatusRefused {
-		_, err = fmt.Fprintf(w, "warning: %s\n", out.Warning)
 	}
 	return err
 }
