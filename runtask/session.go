@@ -399,6 +399,12 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	for _, f := range st.Files {
 		r.touched[f.Path] = f.Hash
 	}
+	// The scratch folder's parent must be traversable by the sandbox's
+	// unprivileged uid; the run's own folder is handed to it by the sandbox.
+	if err := os.MkdirAll(filepath.Join(r.cfg.DataRoot, "scratch"), 0o755); err != nil {
+		return r.fail(ctx, err)
+	}
+	os.Chmod(filepath.Join(r.cfg.DataRoot, "scratch"), 0o755)
 	r.scratch = filepath.Join(r.cfg.DataRoot, "scratch", st.RunID)
 	for _, d := range []string{"home", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(r.scratch, d), 0o700); err != nil {
@@ -411,7 +417,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
 	}
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, lim: r.lim}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}

@@ -44,6 +44,7 @@ type toolbox struct {
 	allowed map[string]bool
 	sb      sandbox.Sandbox
 	env     []string // complete command environment (allowlisted)
+	scratch string   // HOME and TMPDIR live here; bound read-write by the sandbox
 	lim     limits
 }
 
@@ -606,6 +607,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		Dir:         tb.dir,
 		Argv:        a.Argv,
 		Env:         tb.env,
+		Scratch:     tb.scratch,
 		Timeout:     tb.lim.CommandTimeout,
 		OutputLimit: fullOutputLimit,
 	})
