@@ -1,6 +1,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -11,7 +14,23 @@ import (
 // TestScriptRuntask runs testdata/script/runtask: run-task and pool against a
 // scripted OpenAI-compatible server (fakellm) and real git.
 func TestScriptRuntask(t *testing.T) {
-	testscript.Run(t, scriptParams("runtask", map[string]func(ts *testscript.TestScript, neg bool, args []string){
+	p := scriptParams("runtask", map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"fakellm": fakellm.ScriptCmd,
-	}))
+	})
+	setup := p.Setup
+	p.Setup = func(env *testscript.Env) error {
+		if err := setup(env); err != nil {
+			return err
+		}
+		// The bwrap sandbox runs commands as an unprivileged uid that must
+		// traverse to the worktrees: open the test's own temp folders.
+		tmp := filepath.Clean(os.TempDir())
+		for dir := env.WorkDir; strings.HasPrefix(dir, tmp+string(filepath.Separator)); dir = filepath.Dir(dir) {
+			if err := os.Chmod(dir, 0o755); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	testscript.Run(t, p)
 }
