@@ -108,8 +108,13 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 			}
 		}
 	}
-	const argsFD, infoFD = 3, 4
-	args := bwrapArgs(p, b.layout, b.opts.withDefaults(), infoFD)
+	const argsFD, infoFD, seccompFD = 3, 4, 5
+	filter := hostSeccompFilter()
+	sfd := -1
+	if filter != nil {
+		sfd = seccompFD
+	}
+	args := bwrapArgs(p, b.layout, b.opts.withDefaults(), infoFD, sfd)
 
 	argsR, argsW, err := os.Pipe()
 	if err != nil {
@@ -125,6 +130,16 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	defer argsW.Close()
 	defer infoR.Close()
 	defer infoW.Close()
+	extra := []*os.File{argsR, infoW}
+	var filterR, filterW *os.File
+	if filter != nil {
+		if filterR, filterW, err = os.Pipe(); err != nil {
+			return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+		}
+		defer filterR.Close()
+		defer filterW.Close()
+		extra = append(extra, filterR)
+	}
 
 	o := b.opts.withDefaults()
 	cmd := &exec.Cmd{
@@ -135,7 +150,7 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 			"--", b.bwrap, "--args", strconv.Itoa(argsFD), "--"},
 		Env:        []string{}, // bwrap itself gets nothing; --setenv gives the command Spec.Env
 		Dir:        "/",
-		ExtraFiles: []*os.File{argsR, infoW},
+		ExtraFiles: extra,
 		SysProcAttr: &syscall.SysProcAttr{
 			Setpgid:   true,
 			Pdeathsig: syscall.SIGKILL,
@@ -156,6 +171,13 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	r.afterStart = func() (func(), func(time.Duration) bool) {
 		argsR.Close()
 		infoW.Close()
+		if filter != nil {
+			filterR.Close()
+			go func() {
+				_, _ = filterW.Write(filter)
+				filterW.Close()
+			}()
+		}
 		go func() {
 			// bwrap reads its options NUL-separated from fd 3.
 			var buf bytes.Buffer

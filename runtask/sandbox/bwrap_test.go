@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -650,5 +651,47 @@ func TestBwrapConcurrentCommands(t *testing.T) {
 		if want := fmt.Sprint("command-", g.i, "\n"); string(g.res.Output) != want || g.res.ExitCode != 0 {
 			t.Errorf("command %d: exit %d output %q, want %q", g.i, g.res.ExitCode, g.res.Output, want)
 		}
+	}
+}
+
+func TestBwrapSeccompRefusesKernelInterfaces(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("no seccomp filter probe for %s", runtime.GOARCH)
+	}
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "syscalls"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("syscalls: %v %s", err, res.Output)
+	}
+	for _, name := range []string{"keyctl", "add_key", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup"} {
+		if !strings.Contains(string(res.Output), name+": operation not permitted\n") {
+			t.Errorf("%s is not refused in the sandbox:\n%s", name, res.Output)
+		}
+	}
+	// Control: without the filter keyctl answers (the probe is not broken).
+	none, err := NewWithOptions("none", Options{Warn: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = none.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "syscalls"}, Timeout: 20 * time.Second})
+	if err != nil || strings.Contains(string(res.Output), "keyctl: operation not permitted") {
+		t.Fatalf("control: %v %s", err, res.Output)
+	}
+}
+
+func TestSeccompFilterShape(t *testing.T) {
+	for _, arch := range []string{"amd64", "arm64"} {
+		f := seccompFilter(arch)
+		n := 3 + len(blockedSyscalls) + 3
+		if arch == "amd64" {
+			n++
+		}
+		if len(f) != 8*n {
+			t.Fatalf("%s: %d bytes, want %d instructions", arch, len(f), n)
+		}
+	}
+	if seccompFilter("riscv64") != nil {
+		t.Fatal("a filter for an architecture without numbers")
 	}
 }

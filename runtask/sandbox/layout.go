@@ -212,13 +212,16 @@ func makePlan(spec Spec) (plan, error) {
 // bwrapArgs turns a plan into bubblewrap's options (read from --args FD:
 // bwrap reads its options there, but the command must stay on its command
 // line, after "--").
-func bwrapArgs(p plan, l hostLayout, o Options, infoFD int) []string {
+func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string {
 	a := []string{
 		"--unshare-all", "--unshare-user", // every namespace, network included
 		"--die-with-parent", "--new-session",
 		"--hostname", "sandbox",
 		"--clearenv",
 		"--info-fd", fmt.Sprint(infoFD),
+	}
+	if seccompFD >= 0 {
+		a = append(a, "--seccomp", fmt.Sprint(seccompFD))
 	}
 	if l.disableUserns {
 		a = append(a, "--disable-userns")

@@ -136,6 +136,7 @@ func TestBwrapArgs(t *testing.T) {
 				{"--unshare-all", "--unshare-user"},
 				{"--die-with-parent", "--new-session"},
 				{"--clearenv"},
+				{"--info-fd", "4", "--seccomp", "5"},
 				{"--disable-userns"},
 				{"--ro-bind", "/usr", "/usr"},
 				{"--symlink", "usr/bin", "/bin"},
@@ -178,7 +179,7 @@ func TestBwrapArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := bwrapArgs(p, layout, o, 4)
+			args := bwrapArgs(p, layout, o, 4, 5)
 			pos := 0
 			for _, w := range tc.want {
 				i := indexRun(args[pos:], w)

@@ -17,6 +17,7 @@
 //	escapetool orphans TOKEN         leave children behind (one in a new session), then sleep
 //	escapetool linger TOKEN          sleep forever (TOKEN marks it in the process table)
 //	escapetool fds                   list the descriptors it inherited beyond 0, 1, 2
+//	escapetool syscalls              call keyctl, bpf, perf_event_open, userfaultfd, io_uring_setup; print each error
 //	escapetool keys                  read every key of the kernel keyrings it possesses
 //	escapetool id                    print uid, gid and groups
 //
@@ -123,6 +124,9 @@ func main() {
 				}
 			}
 		}
+	case "syscalls":
+		need(0)
+		probeSyscalls()
 	case "keys":
 		need(0)
 		err = keys()
@@ -140,7 +144,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|keys|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|syscalls|keys|id ...")
 	os.Exit(2)
 }
 
@@ -241,4 +245,33 @@ func keys() error {
 		return fmt.Errorf("no readable key")
 	}
 	return nil
+}
+
+// probeSyscalls calls kernel interfaces the sandbox refuses, with harmless
+// arguments, and prints how each call ended ("ok" or the error).
+func probeSyscalls() {
+	if runtime.GOARCH != "amd64" {
+		fmt.Println("syscalls: only on amd64")
+		return
+	}
+	calls := []struct {
+		name string
+		nr   uintptr
+		args [3]uintptr
+	}{
+		{"keyctl", 250, [3]uintptr{0, ^uintptr(2), 0}}, // KEYCTL_GET_KEYRING_ID of the session keyring
+		{"add_key", 248, [3]uintptr{0, 0, 0}},
+		{"bpf", 321, [3]uintptr{^uintptr(0), 0, 0}},
+		{"perf_event_open", 298, [3]uintptr{0, 0, 0}},
+		{"userfaultfd", 323, [3]uintptr{0, 0, 0}},
+		{"io_uring_setup", 425, [3]uintptr{0, 0, 0}},
+	}
+	for _, c := range calls {
+		_, _, errno := syscall.Syscall(c.nr, c.args[0], c.args[1], c.args[2])
+		if errno == 0 {
+			fmt.Printf("%s: ok\n", c.name)
+		} else {
+			fmt.Printf("%s: %v\n", c.name, errno)
+		}
+	}
 }
