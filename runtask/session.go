@@ -774,7 +774,16 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		}
 		r.ev.emit(Event{Event: "step", Time: r.now(), RunID: st.RunID, Step: st.Step, Tokens: tok})
 		if len(msg.ToolCalls) == 0 {
-			return runrec.StatusSucceeded, ""
+			if reply.FinishReason != "length" {
+				return runrec.StatusSucceeded, ""
+			}
+			// Cut off by the server's length limit: not a finished answer.
+			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: cutOffNudge})
+			r.transcript(transcriptLine{Type: lineUser, Step: st.Step, Text: cutOffNudge})
+			if err := r.save(); err != nil {
+				return runrec.StatusFailed, "session state: " + err.Error()
+			}
+			continue
 		}
 		if err := r.runPendingCalls(lctx); err != nil {
 			if s, m, ok := stopped(); ok {
@@ -787,6 +796,9 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		}
 	}
 }
+
+// cutOffNudge answers a reply the server cut off at its length limit.
+const cutOffNudge = "Your last reply was cut off at the length limit. Continue from where it stopped, in shorter steps."
 
 // pendingCalls returns the tool calls of the last assistant message that
 // have no result yet.

@@ -240,6 +240,26 @@ func TestRunLimits(t *testing.T) {
 	}
 }
 
+func TestCutOffReplyContinues(t *testing.T) {
+	f := newFixture(t)
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		func(ModelRequest) (ModelReply, error) {
+			r := final("I will now expl")
+			r.FinishReason = "length"
+			return r, nil
+		},
+		finalTurn("done"),
+	}}
+	res, err := Run(context.Background(), f.opts(testTask("cut"), m))
+	if err != nil || res.Status != runrec.StatusSucceeded || res.Steps != 2 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	msgs := m.requests()[1].Messages
+	if last := msgs[len(msgs)-1]; last.Role != "user" || last.Content != cutOffNudge {
+		t.Fatalf("after a cut-off reply: %+v", last)
+	}
+}
+
 func TestRoleRefusesTools(t *testing.T) {
 	f := newFixture(t)
 	f.role.denyTools = CanonicalTools
