@@ -9,8 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -100,13 +100,26 @@ func timed(fn func() error) (time.Duration, error) {
 // proc is one measured subprocess run.
 type proc struct {
 	dur    time.Duration
-	maxRSS int64 // bytes: the largest process of its tree (wait4 rusage)
-	ownHWM int64 // bytes: the process itself (last VmHWM seen in /proc before it exited)
+	ownHWM int64 // bytes: peak RSS of the process itself (sampled runs only)
+	tree   int64 // bytes: peak RSS of the largest process of its tree, children included (sampled runs only)
 }
 
-// runProc runs a command with stdin from a file ("" for none), stdout to
-// out (nil discards) and measures wall time and peak memory.
+// runProc runs a command with stdin from a file ("" for none) and stdout to
+// out (nil discards), and measures its wall time. Nothing else runs
+// meanwhile, so timings are not disturbed.
 func (b *bench) runProc(dir string, stdinFile string, out io.Writer, name string, args ...string) (proc, error) {
+	return b.runProcOpt(false, dir, stdinFile, out, name, args...)
+}
+
+// runSampled is runProc that also samples the peak memory of the process
+// and of every process it starts, from /proc every few milliseconds.
+// (rusage's ru_maxrss is useless here: a child exec'ed after a vfork from
+// this large driver inherits the driver's high-water mark.)
+func (b *bench) runSampled(dir string, stdinFile string, out io.Writer, name string, args ...string) (proc, error) {
+	return b.runProcOpt(true, dir, stdinFile, out, name, args...)
+}
+
+func (b *bench) runProcOpt(sample bool, dir string, stdinFile string, out io.Writer, name string, args ...string) (proc, error) {
 	cmd := exec.CommandContext(b.ctx, name, args...)
 	cmd.Dir, cmd.Env = dir, b.env
 	if stdinFile != "" {
@@ -126,38 +139,94 @@ func (b *bench) runProc(dir string, stdinFile string, out io.Writer, name string
 	if err := cmd.Start(); err != nil {
 		return proc{}, err
 	}
-	// Sample the process's own high-water mark until it exits: VmHWM only
-	// grows, so the last sample is its peak up to a few milliseconds.
-	hwm := make(chan int64, 1)
+	type peaks struct{ own, tree int64 }
+	result := make(chan peaks, 1)
 	done := make(chan struct{})
-	go func() {
-		var last int64
-		status := fmt.Sprintf("/proc/%d/status", cmd.Process.Pid)
-		tick := time.NewTicker(2 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			if v := readHWM(status); v > last {
-				last = v
+	if sample {
+		go func() {
+			// VmHWM only grows, so the last sample of a process is its
+			// peak up to the sampling interval.
+			seen := map[int]int64{}
+			root := cmd.Process.Pid
+			tick := time.NewTicker(3 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				for _, pid := range append(descendants(root), root) {
+					if v := readHWM(fmt.Sprintf("/proc/%d/status", pid)); v > seen[pid] {
+						seen[pid] = v
+					}
+				}
+				select {
+				case <-done:
+					var p peaks
+					for pid, v := range seen {
+						if pid == root {
+							p.own = v
+						}
+						p.tree = max(p.tree, v)
+					}
+					result <- p
+					return
+				case <-tick.C:
+				}
 			}
-			select {
-			case <-done:
-				hwm <- last
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+		}()
+	}
 	err := cmd.Wait()
 	d := time.Since(t0)
 	close(done)
-	p := proc{dur: d, ownHWM: <-hwm}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		p.maxRSS = int64(ru.Maxrss) * 1024
+	p := proc{dur: d}
+	if sample {
+		pk := <-result
+		p.ownHWM, p.tree = pk.own, pk.tree
 	}
 	if err != nil {
 		return p, fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, tail(errb.String(), 600))
 	}
 	return p, nil
+}
+
+// descendants lists the processes below root, from the parent ids in
+// /proc/*/stat.
+func descendants(root int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	kids := map[int][]int{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(data, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(data[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(f[1]); err == nil {
+			kids[ppid] = append(kids[ppid], pid)
+		}
+	}
+	var out []int
+	queue := []int{root}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range kids[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }
 
 func readHWM(path string) int64 {
