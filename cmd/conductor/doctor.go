@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
@@ -57,12 +58,16 @@ CONDUCTOR_BWRAP (path of bwrap).`,
 			if err != nil {
 				return err
 			}
-			// Where runs will put worktrees: the sandbox uid must reach it.
+			// Where runs will put worktrees and scratch folders: the
+			// sandbox uid must reach them.
+			cfg := d.config(c)
 			base := d.Getenv("WORKER_WORKTREE_BASE")
 			if base == "" {
-				base = d.config(c).WorktreesDir()
+				base = cfg.WorktreesDir()
 			}
-			rep := sandbox.Probe(c.Context, sbOpts, base)
+			rep := sandbox.Probe(c.Context, sbOpts,
+				sandbox.Folder{Name: "worktree base", Path: base},
+				sandbox.Folder{Name: "scratch folder", Path: filepath.Join(cfg.DataRoot, "scratch")})
 			return printDoctor(d.Stdout, rep, opts)
 		},
 	}

@@ -57,8 +57,8 @@ func newBwrap(o Options) (*bwrapBackend, error) {
 			return nil, fmt.Errorf("%w: bwrap: read-only path: %v", ErrUnavailable, err)
 		}
 		if id.drop {
-			if err := checkReachable(p, id); err != nil {
-				return nil, fmt.Errorf("%w: bwrap: read-only path %s: %v", ErrUnavailable, p, err)
+			if err := checkReachable("read-only path", p, id); err != nil {
+				return nil, fmt.Errorf("%w: bwrap: %v", ErrUnavailable, err)
 			}
 		}
 	}
@@ -96,14 +96,14 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
 	}
 	if b.id.drop {
-		for _, d := range []string{p.dir, p.scratch} {
-			if d == "" {
+		for _, d := range []struct{ what, path string }{{"worktree", p.dir}, {"scratch folder", p.scratch}} {
+			if d.path == "" {
 				continue
 			}
-			if err := checkReachable(d, b.id); err != nil {
+			if err := checkReachable(d.what, d.path, b.id); err != nil {
 				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
 			}
-			if err := handOver(d, b.id); err != nil {
+			if err := handOver(d.path, b.id); err != nil {
 				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
 			}
 		}

@@ -42,7 +42,7 @@ func (o Options) PrepareWorktree(dir string) error {
 	if !id.drop {
 		return nil
 	}
-	if err := checkReachable(real, id); err != nil {
+	if err := checkReachable("worktree", real, id); err != nil {
 		return err
 	}
 	return handOver(real, id)
@@ -85,10 +85,11 @@ func (o Options) Reachable(path string) error {
 }
 
 // checkReachable verifies that the sandbox uid can traverse every ancestor
-// of dir (search permission), reporting the first that blocks it.
-func checkReachable(dir string, id identity) error {
+// of dir (search permission), reporting the one that blocks it; what names
+// dir in the message ("worktree", "scratch folder").
+func checkReachable(what, dir string, id identity) error {
 	if p := blockedFolder(filepath.Dir(dir), id); p != "" {
-		return unreachable("worktree "+dir, p, id)
+		return unreachable(what+" "+dir, p, id)
 	}
 	return nil
 }

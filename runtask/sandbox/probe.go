@@ -56,21 +56,30 @@ func (r Report) Backend(name string) (BackendReport, bool) {
 	return BackendReport{}, false
 }
 
+// Folder is a folder runs will bind into the sandbox (the worktree base,
+// the scratch folders), named for the report.
+type Folder struct {
+	Name string // "worktree base", "scratch folder"
+	Path string
+}
+
 // Probe checks every backend on this machine by really running a command
-// in it where it can. worktreeBases are the folders runs will create
-// worktrees in: bwrap works only if the sandbox uid can reach them.
-func Probe(ctx context.Context, o Options, worktreeBases ...string) Report {
+// in it where it can. folders are where runs will create worktrees and
+// scratch folders: bwrap works only if the sandbox uid can reach them.
+func Probe(ctx context.Context, o Options, folders ...Folder) Report {
 	o = o.withDefaults()
 	r := Report{OS: runtime.GOOS, EUID: os.Geteuid()}
 	bw := probeBwrap(ctx, o)
 	if bw.Works {
-		for _, base := range worktreeBases {
-			if err := o.Reachable(base); err != nil {
-				bw.Checks = append(bw.Checks, Check{Name: "worktree base reachable", Detail: err.Error()})
-				bw.Works = false
-				bw.Detail = "the sandbox uid cannot reach the worktree base: every command of a run would fail"
+		for _, f := range folders {
+			if err := o.Reachable(f.Path); err != nil {
+				bw.Checks = append(bw.Checks, Check{Name: f.Name + " reachable", Detail: err.Error()})
+				if bw.Works {
+					bw.Works = false
+					bw.Detail = "the sandbox uid cannot reach the " + f.Name + ": every command of a run would fail"
+				}
 			} else {
-				bw.Checks = append(bw.Checks, Check{Name: "worktree base reachable", OK: true, Detail: base})
+				bw.Checks = append(bw.Checks, Check{Name: f.Name + " reachable", OK: true, Detail: f.Path})
 			}
 		}
 	}
@@ -149,6 +158,15 @@ func probeBwrap(ctx context.Context, o Options) BackendReport {
 	default:
 		add("network isolation", true, "own network namespace (%d, host %d): loopback only, no route out", info.NetNS, hostNet)
 	}
+	if hostSeccompFilter() != nil {
+		names := make([]string, len(blockedSyscalls))
+		for i, c := range blockedSyscalls {
+			names[i] = c.name
+		}
+		add("seccomp filter", true, "refuses %s; other ABIs refused", strings.Join(names, ", "))
+	} else {
+		add("seccomp filter", true, "none for %s (the namespaces and limits still apply)", runtime.GOARCH)
+	}
 	add("limits", true, "processes %d, file size %s, open files %d, /tmp %s, output kept %s, killed after %s of output",
 		o.MaxProcs, bytesize(int64(o.MaxFileSize)), o.MaxOpenFiles, bytesize(o.TmpSize), bytesize(o.OutputLimit), bytesize(o.OutputKillLimit))
 	rep.Works = true
@@ -170,7 +188,7 @@ func (b *bwrapBackend) probeRun(ctx context.Context) (sandboxInfo, error) {
 	// The sandbox uid must reach the folder: $TMPDIR may be private to
 	// the conductor, /tmp never is.
 	base := os.TempDir()
-	if b.id.drop && checkReachable(filepath.Join(base, "probe"), b.id) != nil {
+	if b.id.drop && checkReachable("probe folder", filepath.Join(base, "probe"), b.id) != nil {
 		base = "/tmp"
 	}
 	dir, err := os.MkdirTemp(base, "conductor-sandbox-probe-")
