@@ -468,7 +468,7 @@ func TestProbeReport(t *testing.T) {
 	for _, c := range bw.Checks {
 		names[c.Name] = c.OK
 	}
-	for _, n := range []string{"bubblewrap installed", "prlimit installed", "unprivileged user", "user namespaces", "network isolation", "limits"} {
+	for _, n := range []string{"bubblewrap installed", "prlimit installed", "unprivileged user", "user namespaces", "network isolation", "seccomp filter", "limits"} {
 		if ok, found := names[n]; !found || !ok {
 			t.Errorf("check %q: found=%v ok=%v", n, found, ok)
 		}
