@@ -50,6 +50,8 @@ type hostLayout struct {
 	sys           []sysEntry
 	etc           []string
 	disableUserns bool   // bwrap ≥ 0.8: --disable-userns
+	perms         bool   // bwrap ≥ 0.5: --perms before --tmpfs
+	size          bool   // bwrap ≥ 0.7: --size before --tmpfs
 	env           string // env(1) inside the sandbox, to drop the PWD bwrap sets
 }
 
@@ -74,6 +76,8 @@ func detectLayout(bwrapVersion string) hostLayout {
 		}
 	}
 	l.disableUserns = versionAtLeast(bwrapVersion, 0, 8)
+	l.perms = versionAtLeast(bwrapVersion, 0, 5)
+	l.size = versionAtLeast(bwrapVersion, 0, 7)
 	for _, p := range []string{"/usr/bin/env", "/bin/env"} {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			for _, e := range l.sys {
@@ -239,8 +243,18 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 		a = append(a, "--ro-bind", e, e)
 		ro = append(ro, e)
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev",
-		"--perms", "1777", "--size", fmt.Sprint(o.TmpSize), "--tmpfs", "/tmp")
+	// tmpfs mounts a command may fill: sized where bwrap can size them.
+	tmpfs := func(dest, perms string) {
+		if perms != "" && l.perms {
+			a = append(a, "--perms", perms)
+		}
+		if l.size {
+			a = append(a, "--size", fmt.Sprint(o.TmpSize))
+		}
+		a = append(a, "--tmpfs", dest)
+	}
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	tmpfs("/tmp", "1777")
 	for _, e := range o.ReadOnly {
 		a = append(a, "--ro-bind", e, e)
 		ro = append(ro, e)
@@ -260,7 +274,10 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 	case "file", "absent":
 		a = append(a, "--ro-bind", "/dev/null", git)
 	case "dir":
-		a = append(a, "--perms", "0000", "--tmpfs", git, "--remount-ro", git)
+		if l.perms {
+			a = append(a, "--perms", "0000")
+		}
+		a = append(a, "--tmpfs", git, "--remount-ro", git)
 	}
 
 	// Folders the environment points at.
@@ -289,7 +306,7 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 		case underAny(v, ro) || underAny(v, []string{"/proc", "/dev"}):
 			// points into a read-only system path: leave it alone
 		default:
-			a = append(a, "--size", fmt.Sprint(o.TmpSize), "--tmpfs", v)
+			tmpfs(v, "")
 			tmpfsDone = append(tmpfsDone, v)
 		}
 	}

@@ -114,7 +114,7 @@ func TestBwrapArgs(t *testing.T) {
 	layout := hostLayout{
 		sys:           []sysEntry{{path: "/usr"}, {path: "/bin", link: "usr/bin"}},
 		etc:           []string{"/etc/passwd"},
-		disableUserns: true,
+		disableUserns: true, perms: true, size: true,
 	}
 	o := Options{ReadOnly: []string{"/opt/go"}}.withDefaults()
 	gitDir := filepath.Join(t.TempDir(), "withgitdir")
@@ -199,6 +199,53 @@ func TestBwrapArgs(t *testing.T) {
 			}
 			if n := strings.Count(strings.Join(args, "\x00"), "--setenv\x00A\x00"); n > 1 {
 				t.Fatalf("variable set %d times", n)
+			}
+		})
+	}
+}
+
+func TestBwrapArgsFollowTheVersion(t *testing.T) {
+	wt := t.TempDir()
+	if err := os.Mkdir(filepath.Join(wt, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := makePlan(Spec{Dir: wt, Argv: []string{"true"}, Env: []string{"HOME=/var/lib/h"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		version string
+		want    []string
+		notWant []string
+	}{
+		{"bubblewrap 0.4.0", nil, []string{"--perms", "--size", "--disable-userns"}},
+		{"bubblewrap 0.6.1", []string{"--perms"}, []string{"--size", "--disable-userns"}},
+		{"bubblewrap 0.7.0", []string{"--perms", "--size"}, []string{"--disable-userns"}},
+		{"bubblewrap 0.8.0", []string{"--perms", "--size", "--disable-userns"}, nil},
+		{"bubblewrap 0.11.0", []string{"--perms", "--size", "--disable-userns"}, nil},
+		{"bubblewrap 1.0", []string{"--perms", "--size", "--disable-userns"}, nil},
+		{"garbage", nil, []string{"--perms", "--size", "--disable-userns"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.version, func(t *testing.T) {
+			args := bwrapArgs(p, detectLayout(tc.version), Options{}.withDefaults(), 4, -1)
+			for _, w := range tc.want {
+				if !slices.Contains(args, w) {
+					t.Errorf("no %s: %v", w, args)
+				}
+			}
+			for _, w := range tc.notWant {
+				if slices.Contains(args, w) {
+					t.Errorf("%s for %s: %v", w, tc.version, args)
+				}
+			}
+			if slices.Contains(args, "--seccomp") {
+				t.Error("--seccomp without a filter fd")
+			}
+			for _, need := range []string{"--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--remount-ro"} {
+				if !slices.Contains(args, need) {
+					t.Errorf("no %s", need)
+				}
 			}
 		})
 	}
