@@ -23,7 +23,8 @@ func TestConductorKilledTakesItsSandboxes(t *testing.T) {
 	bwrapBox(t, nil) // skip (or fail in CI) without bwrap
 	tok := token(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashHelper$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashHelperEnv+"="+tok)
+	_, et := escapeTool(t)
+	cmd.Env = append(os.Environ(), crashHelperEnv+"="+tok, escapeToolEnv+"="+et)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

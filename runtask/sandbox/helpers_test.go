@@ -33,6 +33,11 @@ func TestMain(m *testing.M) {
 func escapeTool(t *testing.T) (dir, path string) {
 	t.Helper()
 	tool.once.Do(func() {
+		if p := os.Getenv(escapeToolEnv); p != "" {
+			// A helper process: the parent test built it (and removes it).
+			tool.path = p
+			return
+		}
 		d, err := os.MkdirTemp("", "conductor-escapetool-")
 		if err != nil {
 			tool.err = err
@@ -53,8 +58,11 @@ func escapeTool(t *testing.T) (dir, path string) {
 	if tool.err != nil {
 		t.Fatal(tool.err)
 	}
-	return tool.dir, tool.path
+	return filepath.Dir(tool.path), tool.path
 }
+
+// escapeToolEnv passes the built escapetool to helper processes.
+const escapeToolEnv = "CONDUCTOR_TEST_ESCAPETOOL"
 
 // bwrapBox returns a bwrap sandbox with the escape tool's folder bound
 // read-only. Without a working bwrap it skips, or fails when CI=true.

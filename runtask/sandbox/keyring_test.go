@@ -24,6 +24,7 @@ func TestKeyringsDoNotReachCommands(t *testing.T) {
 		t.Skip("helper process")
 	}
 	secret := "keyring-secret-" + token(t)
+	_, et := escapeTool(t)
 	type ret struct {
 		out []byte
 		err error
@@ -42,7 +43,7 @@ func TestKeyringsDoNotReachCommands(t *testing.T) {
 			return
 		}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKeyringHelper$", "-test.v", "-test.count=1")
-		cmd.Env = append(os.Environ(), keyringHelperEnv+"="+secret)
+		cmd.Env = append(os.Environ(), keyringHelperEnv+"="+secret, escapeToolEnv+"="+et)
 		out, err := cmd.CombinedOutput()
 		done <- ret{out, err}
 	}()
