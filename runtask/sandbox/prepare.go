@@ -137,14 +137,20 @@ func unreachable(what, blocked string, id identity) error {
 }
 
 // handOver lchowns every entry of dir (dir included) that is not already
-// the sandbox uid's, except dir/.git.
+// the sandbox uid's, except dir/.git. It works through an os.Root opened on
+// dir, so even a tree rearranged while it walks (a directory swapped for a
+// symlink) cannot send it outside dir, and it never follows a symlink.
 func handOver(dir string, id identity) error {
-	gitPath := filepath.Join(dir, ".git")
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("prepare %s: %w", dir, err)
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return fmt.Errorf("prepare worktree: %w", err)
+			return fmt.Errorf("prepare %s: %w", dir, err)
 		}
-		if p == gitPath {
+		if p == ".git" {
 			if d.IsDir() {
 				return fs.SkipDir
 			}
@@ -152,13 +158,13 @@ func handOver(dir string, id identity) error {
 		}
 		fi, err := d.Info()
 		if err != nil {
-			return fmt.Errorf("prepare worktree: %w", err)
+			return fmt.Errorf("prepare %s: %w", dir, err)
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) == id.uid && int(st.Gid) == id.gid {
 			return nil
 		}
-		if err := os.Lchown(p, id.uid, id.gid); err != nil {
-			return fmt.Errorf("prepare worktree: %w", err)
+		if err := root.Lchown(p, id.uid, id.gid); err != nil {
+			return fmt.Errorf("prepare %s: %w", dir, err)
 		}
 		return nil
 	})
