@@ -380,7 +380,7 @@ func (b *bench) rowLand() error {
 		}
 	}
 	hand.note = "land.Run in process: store reads, every check, the squash by merge-tree, the patch-id binding, the commit with trailers and receipt note, the compare-and-swap and the store row"
-	fresh.note = "naive = `worktree add --detach` + `apply --index` + `commit` + `update-ref` + `worktree remove`"
+	fresh.note = fmt.Sprintf("naive = `worktree add --detach` + `apply --index` + `commit` + `update-ref` + `worktree remove`; paired with the first %d land runs of the row above", len(fresh.ours))
 	b.rows = append(b.rows, hand, fresh)
 	return nil
 }
