@@ -19,6 +19,7 @@ import (
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // testRules is the default landing policy with a gate chosen by the test.
@@ -227,8 +228,20 @@ func (f *fixture) patchID(from, to string) string {
 }
 
 func (f *fixture) opts(id string) Options {
-	return Options{Store: f.store, Rules: f.rules, DecisionID: id, DataRoot: f.dataRoot,
+	return Options{Store: f.store, Rules: f.rules, DecisionID: id, DataRoot: f.dataRoot, Sandbox: unsandboxed(f.t),
 		Now: func() time.Time { return time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC) }}
+}
+
+// unsandboxed is the explicit "none" backend. These tests are about the
+// landing's logic, and their gates write markers on the host or move the
+// target during the gate; runtask's escape suite proves that the default
+// gate runs in bubblewrap and reaches nothing on the host.
+func unsandboxed(t testing.TB) sandbox.Sandbox {
+	sb, err := sandbox.NewWithOptions(sandbox.BackendNone, sandbox.Options{Warn: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb
 }
 
 func (f *fixture) land(id string, mod func(*Options)) (Outcome, error) {

@@ -16,6 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // Rules is what land asks the landing policy (policy.Landing implements it).
@@ -68,9 +69,14 @@ type Options struct {
 	// nil (and no error) when none is at hand, and land then makes a fresh
 	// scratch worktree.
 	Checkout func(ctx context.Context, commit string) (*Checkout, error)
-	Out      io.Writer
-	JSON     bool
-	Log      *slog.Logger
+	// Sandbox runs the gate commands (they run worker-written code). nil:
+	// the default backend (bubblewrap); when none works a landing whose
+	// gate has commands is refused (sandbox-unavailable), never run
+	// unisolated.
+	Sandbox sandbox.Sandbox
+	Out     io.Writer
+	JSON    bool
+	Log     *slog.Logger
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
@@ -135,7 +141,18 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	if o.Committer.Name == "" {
 		o.Committer = Identity{Name: "conductor", Email: "conductor@localhost"}
 	}
-	out, err := run(ctx, &o)
+	var out Outcome
+	var err error
+	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
+		if o.Sandbox, err = sandbox.ForGate(o.Sandbox); err != nil {
+			err = policy.Refusef("sandbox-unavailable",
+				"install bubblewrap (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
+				"the gate runs worker-written code and no sandbox works here: %v", err)
+		}
+	}
+	if err == nil {
+		out, err = run(ctx, &o)
+	}
 	out.Decision = o.DecisionID
 	var rf *policy.Refusal
 	if errors.As(err, &rf) {

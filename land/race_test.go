@@ -141,7 +141,7 @@ func TestLandHelperProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Options{Store: st, Rules: testRules{Landing: defaultLanding(t), gate: killGate(os.Getenv("LAND_GATELOG"))},
-		DecisionID: os.Getenv("LAND_DECISION"), DataRoot: os.Getenv("LAND_DATA"), Worktree: true,
+		DecisionID: os.Getenv("LAND_DECISION"), DataRoot: os.Getenv("LAND_DATA"), Worktree: true, Sandbox: unsandboxed(t),
 		Fault: func(step string) {
 			if step == os.Getenv("LAND_FAULT") {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)

@@ -154,7 +154,8 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		}
 		l.o.Fault("worktree")
 	}
-	env := gateEnv(l.o.Getenv, root,
+	sbRoot := filepath.Join(root, "sandbox") // HOME and TMPDIR, outside dir
+	env := gateEnv(l.o.Getenv, sbRoot,
 		"CONDUCTOR_LAND_DECISION="+l.d.ID,
 		"CONDUCTOR_LAND_TARGET="+l.target,
 		"CONDUCTOR_LAND_PARENT="+tip,
@@ -162,7 +163,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		"CONDUCTOR_LAND_REVIEWED="+l.approved.OID,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
-	return runGate(ctx, cmds, dir, env)
+	return runGate(ctx, l.o.Sandbox, cmds, dir, sbRoot, env)
 }
 
 // checkoutTree makes the worktree's index and files exactly tree, checks

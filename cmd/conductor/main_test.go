@@ -25,6 +25,13 @@ func scriptParams(dir string, cmds map[string]func(ts *testscript.TestScript, ne
 		RequireExplicitExec: true,
 		UpdateScripts:       os.Getenv("CONDUCTOR_UPDATE") != "",
 		Setup: func(env *testscript.Env) error {
+			// The sandbox runs commands as an unprivileged uid: it must be
+			// able to traverse to the data root's scratch folders.
+			for _, d := range []string{filepath.Dir(env.WorkDir), env.WorkDir} {
+				if err := os.Chmod(d, 0o755); err != nil {
+					return err
+				}
+			}
 			home := filepath.Join(env.WorkDir, ".home")
 			if err := os.MkdirAll(home, 0o755); err != nil {
 				return err

@@ -47,7 +47,7 @@ func newReviewCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			// For --redispatch (as run-task run).
 			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
-			&cli.StringFlag{Name: "sandbox", Usage: "with --redispatch: sandbox backend bwrap, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "keep-worktree", Usage: "with --redispatch: keep the worktree after the run"},
 			&cli.BoolFlag{Name: "progress", Usage: "with --redispatch: print a progress line per step on stderr"},
 		},
@@ -127,7 +127,12 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return fmt.Errorf("review: %w", err)
 	}
 	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
+	sb, err := gateSandbox(c)
+	if err != nil {
+		return err
+	}
 	rep, err := review.Run(ctx, review.Options{
+		Sandbox:        sb,
 		Store:          store,
 		Policy:         pol,
 		RunDir:         dir,
@@ -151,6 +156,27 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return reviewRedispatch(c, d, dir, res, rep.FollowUp(c.String("request-changes")))
 	}
 	return nil
+}
+
+// gateSandbox is the --sandbox backend for review checks and landing gates;
+// nil (the flag unset) lets them take the default, bubblewrap. A named
+// backend that cannot run here is refused, never replaced.
+func gateSandbox(c *cli.Context) (sandbox.Sandbox, error) {
+	if c.String("sandbox") == "" {
+		return nil, nil
+	}
+	return openSandbox(c.String("sandbox"))
+}
+
+// openSandbox opens a named backend; one that cannot run here is a refusal
+// (sandbox-unavailable), never silently replaced by another.
+func openSandbox(name string) (sandbox.Sandbox, error) {
+	sb, err := sandbox.New(name)
+	if errors.Is(err, sandbox.ErrUnavailable) {
+		return nil, policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run unisolated (not recommended)",
+			"the %s sandbox cannot run here: %v", name, err)
+	}
+	return sb, err
 }
 
 // reviewRunDir resolves RUN: the path of a run folder, or a run id under the

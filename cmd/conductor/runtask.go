@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 const defaultRole = "implementer"
@@ -138,27 +136,11 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 			}
 		}
 	}
-	role, err := loadRunRole(c, opts, task)
-	if err != nil {
+	if err := prepareRun(c, d, &opts, task); err != nil {
 		return err
-	}
-	opts.Role = role
-	backend := firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto)
-	sb, err := sandbox.New(backend)
-	if err != nil {
-		if errors.Is(err, sandbox.ErrUnavailable) {
-			return policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run commands without isolation (not recommended)",
-				"the %s sandbox cannot run here: %v", backend, err)
-		}
-		return err
-	}
-	opts.Sandbox = sb
-	if store, err := d.openStore(c); err != nil {
-		fmt.Fprintf(d.Stderr, "conductor: bus store unavailable (%v); the run folder is the only record\n", err)
-	} else {
-		opts.Store = store
 	}
 	var res runrec.Result
+	var err error
 	if resumeID != "" {
 		res, err = runtask.Resume(ctx, opts, resumeID)
 	} else {

@@ -315,13 +315,8 @@ func prepareRun(c *cli.Context, d *deps, opts *runtask.Options, task runtask.Tas
 		return err
 	}
 	opts.Role = role
-	backend := firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto)
-	sb, err := sandbox.New(backend)
+	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto))
 	if err != nil {
-		if errors.Is(err, sandbox.ErrUnavailable) {
-			return policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run commands without isolation (not recommended)",
-				"the %s sandbox cannot run here: %v", backend, err)
-		}
 		return err
 	}
 	opts.Sandbox = sb

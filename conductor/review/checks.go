@@ -10,6 +10,7 @@ import (
 
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // checker runs the mechanical checks and the gate for one work commit.
@@ -22,6 +23,7 @@ type checker struct {
 	changes    []policy.Change
 	scratchDir string
 	getenv     func(string) string
+	sb         sandbox.Sandbox // every check and gate command runs in it
 
 	export    string // the scratch export of the commit's tree, made on first use
 	exportErr error
@@ -157,9 +159,9 @@ func (c *checker) syntax() Check {
 				timeout = time.Minute
 			}
 			argv := append(append([]string(nil), sc.Argv...), ch.Path)
-			r := runCommand(c.ctx, dir, argv, timeout, gateEnv(c.getenv, dir))
+			r := c.run(dir, argv, timeout)
 			ran++
-			failed := r.exitCode != 0 || r.timedOut || r.startErr != nil || (sc.FailOnOutput && strings.TrimSpace(r.stdout) != "")
+			failed := r.exitCode != 0 || r.timedOut || r.startErr != nil || (sc.FailOnOutput && strings.TrimSpace(r.output) != "")
 			if failed {
 				ck.Status = StatusFail
 				f := fmt.Sprintf("syntax: %s: %s", ch.Path, strings.Join(argv, " "))
@@ -209,7 +211,7 @@ func (c *checker) gate() []GateResult {
 			out = append(out, gr)
 			continue
 		}
-		r := runCommand(c.ctx, dir, gc.Argv, gc.Timeout, gateEnv(c.getenv, dir))
+		r := c.run(dir, gc.Argv, gc.Timeout)
 		gr.ExitCode, gr.TimedOut, gr.Duration = r.exitCode, r.timedOut, r.duration
 		gr.OutputTail = tailBytes(r.output, 4096)
 		if r.startErr != nil {

@@ -4,22 +4,20 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // exportTree writes the tree of commit into a new scratch folder: root/tree
@@ -40,6 +38,10 @@ func exportTree(ctx context.Context, g patch.Git, commit, scratchDir string) (st
 	}
 	remove := func() { removeAll(root) }
 	fail := func(err error) (string, func(), error) { remove(); return "", nil, err }
+	// The sandbox uid must traverse it (MkdirTemp makes it private).
+	if err := os.Chmod(root, 0o755); err != nil {
+		return fail(err)
+	}
 	for _, d := range []string{"tree", "home", "tmp"} {
 		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
 			return fail(err)
@@ -178,98 +180,29 @@ func removeAll(dir string) {
 	os.RemoveAll(dir)
 }
 
-// gateEnvNames are the variables taken from the conductor's environment for
-// the checks and the gate. Nothing else passes: no token, key or URL with a
-// password. HOME and TMPDIR point into the scratch folder.
-var gateEnvNames = []string{
-	"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
-	"GOROOT", "GOPATH", "GOCACHE", "GOMODCACHE", "GOFLAGS", "GOPROXY", "GONOSUMDB", "GONOSUMCHECK",
-	"GOPRIVATE", "GOTOOLCHAIN", "CGO_ENABLED", "GOTMPDIR",
-}
-
-// gateEnv builds the environment of the checks and the gate for an export
-// at tree (root/tree): the allowlist, HOME and TMPDIR in the scratch root, Go's
-// caches kept where the conductor's are (so a gate is not a cold build), git
-// discovery stopped above the export, CI=true and CONDUCTOR_GATE=1.
-func gateEnv(getenv func(string) string, tree string) []string {
-	root := filepath.Dir(tree)
-	env := make([]string, 0, len(gateEnvNames)+8)
-	for _, n := range gateEnvNames {
-		if v := getenv(n); v != "" {
-			env = append(env, n+"="+v)
-		}
-	}
-	realHome := getenv("HOME")
-	if getenv("GOCACHE") == "" {
-		if c := getenv("XDG_CACHE_HOME"); c != "" {
-			env = append(env, "GOCACHE="+filepath.Join(c, "go-build"))
-		} else if realHome != "" {
-			env = append(env, "GOCACHE="+filepath.Join(realHome, ".cache", "go-build"))
-		}
-	}
-	if getenv("GOMODCACHE") == "" && getenv("GOPATH") == "" && realHome != "" {
-		env = append(env, "GOMODCACHE="+filepath.Join(realHome, "go", "pkg", "mod"))
-	}
-	if getenv("GOPATH") == "" && realHome != "" {
-		env = append(env, "GOPATH="+filepath.Join(realHome, "go"))
-	}
-	return append(env,
-		"HOME="+filepath.Join(root, "home"),
-		"TMPDIR="+filepath.Join(root, "tmp"),
-		"GIT_CEILING_DIRECTORIES="+root,
-		"GIT_CONFIG_NOSYSTEM=1",
-		"GIT_TERMINAL_PROMPT=0",
-		"CI=true",
-		"CONDUCTOR_GATE=1",
-	)
-}
-
 type cmdResult struct {
 	exitCode int
 	timedOut bool
 	duration time.Duration
-	stdout   string
-	output   string // stdout and stderr interleaved, last 1 MiB
+	output   string // stdout and stderr interleaved, capped head+tail
 	startErr error
 }
 
-// runCommand runs argv in dir with env, in its own process group; when the
-// timeout passes (or ctx ends) the whole group is killed.
-func runCommand(ctx context.Context, dir string, argv []string, timeout time.Duration, env []string) cmdResult {
+// run runs argv on the scratch export inside the sandbox (no network, no
+// credential, no .git, an unprivileged uid): a check or gate command runs
+// worker-written code, so it never runs on the host. When the timeout passes
+// (or ctx ends) the sandbox kills the whole process group.
+func (c *checker) run(dir string, argv []string, timeout time.Duration) cmdResult {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	combined := &tailBuffer{max: 1 << 20}
-	stdout := &tailBuffer{max: 1 << 20}
-	cmd.Stdout = io.MultiWriter(stdout, combined)
-	cmd.Stderr = combined
-	start := time.Now()
-	err := cmd.Run()
-	res := cmdResult{duration: time.Since(start), stdout: stdout.String(), output: combined.String()}
-	if cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // orphans left in the group
+	root := filepath.Join(filepath.Dir(dir), "sandbox")
+	res, err := sandbox.RunGate(c.ctx, c.sb, dir, root, argv, sandbox.GateEnv(c.getenv, root), timeout, 1<<20)
+	r := cmdResult{exitCode: res.ExitCode, timedOut: res.TimedOut, duration: res.Duration, output: string(res.Output)}
+	if err != nil {
+		r.exitCode, r.startErr = -1, fmt.Errorf("%s: %w", argv[0], err)
 	}
-	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-		res.timedOut, res.exitCode = true, -1
-		return res
-	}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		res.exitCode = ee.ExitCode()
-	default:
-		res.exitCode, res.startErr = -1, fmt.Errorf("%s: %w", argv[0], err)
-	}
-	return res
+	return r
 }
 
 // tailBuffer keeps the last max bytes written to it. It is safe for the

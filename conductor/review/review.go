@@ -16,6 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // Options configures one review.
@@ -30,6 +31,11 @@ type Options struct {
 	// Raise, with Approve, raises a git.merge.protected decision to land the
 	// approved commit on this target branch.
 	Raise string
+
+	// Sandbox runs every check and gate command (they run worker-written
+	// code). nil: the default backend (bubblewrap); when none works the
+	// review is refused (sandbox-unavailable), never run unisolated.
+	Sandbox sandbox.Sandbox
 
 	// ScratchDir is where the scratch export for the checks and the gate is
 	// made (default: the system temp folder). It is removed afterwards.
@@ -158,6 +164,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	case (opts.Approve || opts.RequestChanges != "") && opts.Store == nil:
 		return rep, errors.New("review: recording a verdict needs the bus store")
 	}
+	sb, err := sandbox.ForGate(opts.Sandbox)
+	if err != nil {
+		return rep, policy.Refusef("sandbox-unavailable",
+			"install bubblewrap (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
+			"review runs worker-written code in its gate and no sandbox works here: %v", err)
+	}
 	landing := opts.Policy.Landing()
 	if opts.Raise != "" {
 		// Refuse before doing anything.
@@ -206,7 +218,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 
 	// Mechanical checks and the gate.
 	ck := &checker{ctx: ctx, g: g, landing: landing, commit: rep.Commit, base: rep.Base, changes: changes,
-		scratchDir: opts.ScratchDir, getenv: opts.Getenv}
+		scratchDir: opts.ScratchDir, getenv: opts.Getenv, sb: sb}
 	defer ck.cleanup()
 	rep.Checks = append(rep.Checks, checkRunStatus(res))
 	rep.Checks = append(rep.Checks, ck.paths())

@@ -64,7 +64,7 @@ func writeFile(t *testing.T, dir, name, body string) {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	e := &env{t: t, repo: filepath.Join(t.TempDir(), "repo"), runs: t.TempDir(), scratch: t.TempDir()}
+	e := &env{t: t, repo: filepath.Join(t.TempDir(), "repo"), runs: t.TempDir(), scratch: reachableTempDir(t)}
 	if err := os.MkdirAll(e.repo, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +530,7 @@ func TestGateEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := e.run("r-1", runrec.StatusSucceeded)
-	script := `env; echo "pwd=$(pwd)"; ls -la; test ! -e .git || echo HAS-DOT-GIT;
+	script := `env; echo "pwd=$(pwd)"; ls -la; { test -d .git || test -f .git || test -L .git; } && echo HAS-DOT-GIT;
 git rev-parse --git-dir >/dev/null 2>&1 && echo FOUND-REPO;
 test -L pkg/alias.go && echo link-ok; test -x pkg/run.sh && echo exec-ok; exit 1`
 	pol := policyWith(t, `{"landing":{"gate":[{"name":"env","argv":["sh","-c",`+jsonString(script)+`],"timeoutSeconds":30}]}}`)
@@ -579,29 +579,28 @@ func TestHangingGateKillsItsChildren(t *testing.T) {
 	e := newEnv(t)
 	writeFile(t, e.wt, "pkg/ok.go", "package pkg\n")
 	dir := e.run("r-1", runrec.StatusSucceeded)
-	pidFile := filepath.Join(t.TempDir(), "pid")
-	script := "sleep 300 & echo $! > " + pidFile + "; wait"
+	// The gate runs in the sandbox's own pid namespace: look for the
+	// orphan by its command line on the host.
+	script := "sleep 3017 & wait"
 	pol := policyWith(t, `{"landing":{"gate":[{"name":"hang","argv":["sh","-c",`+jsonString(script)+`],"timeoutSeconds":1}]}}`)
 	rep, err := review.Run(context.Background(), e.opts(dir, pol))
 	if refusalCode(err) != "review-failed" || len(rep.Gate) != 1 || !rep.Gate[0].TimedOut {
 		t.Fatalf("%v %+v", err, rep.Gate)
 	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := strings.TrimSpace(string(b))
-	// kill -0 fails once the process is gone (it may linger as a zombie of
-	// init for a moment: poll briefly).
 	for i := 0; ; i++ {
-		if exec.Command("kill", "-0", pid).Run() != nil {
-			break
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		alive := false
+		for _, p := range procs {
+			if b, _ := os.ReadFile(p); string(b) == "sleep\x003017\x00" {
+				st, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+				alive = alive || !strings.Contains(string(st), ") Z ")
+			}
 		}
-		if st, _ := os.ReadFile("/proc/" + pid + "/stat"); strings.Contains(string(st), ") Z ") {
+		if !alive {
 			break
 		}
 		if i == 50 {
-			t.Fatalf("gate child %s still running after the gate was killed", pid)
+			t.Fatal("the gate's child `sleep 3017` still runs after the gate was killed")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -654,4 +653,17 @@ func TestHostileAttributesRunNothing(t *testing.T) {
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatal("control: the hostile configuration did not run on a plain checkout; the test proves nothing")
 	}
+}
+
+// reachableTempDir is a temp folder the sandbox uid can traverse (the
+// scratch export of checks and gates is handed to it; t.TempDir's parent is
+// private to the test's user).
+func reachableTempDir(t *testing.T) string {
+	d := t.TempDir()
+	for _, p := range []string{filepath.Dir(d), d} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
 }

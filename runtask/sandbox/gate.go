@@ -1,0 +1,88 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// gateEnvNames are the only variables review checks and landing gates take
+// from the conductor's environment. Caches are not among them: a gate runs
+// worker-written code, so it gets its own HOME (and Go build cache) in its
+// scratch folder, never the conductor's.
+var gateEnvNames = []string{
+	"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ",
+	"GOROOT", "GOFLAGS", "GONOSUMDB", "GOPRIVATE", "CGO_ENABLED",
+	// GOMODCACHE only when the operator set it, meaning it is also bound
+	// read-only (CONDUCTOR_SANDBOX_RO_PATHS): an offline module cache.
+	"GOMODCACHE",
+}
+
+// credentialName matches names that look like credentials; they never pass.
+var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|PRIVATE)`)
+
+// GateEnv is the environment of review checks and landing gates run in a
+// sandbox whose scratch folder is root: the allowlist above, HOME and TMPDIR
+// in root, no network for Go (GOPROXY=off, GOTOOLCHAIN=local), git
+// discovery stopped at root, CI=true and CONDUCTOR_GATE=1, then extra.
+func GateEnv(getenv func(string) string, root string, extra ...string) []string {
+	env := make([]string, 0, len(gateEnvNames)+12+len(extra))
+	for _, n := range gateEnvNames {
+		if v := getenv(n); v != "" && !credentialName.MatchString(n) {
+			env = append(env, n+"="+v)
+		}
+	}
+	if getenv("PATH") == "" {
+		env = append(env, "PATH=/usr/local/go/bin:/usr/local/bin:/usr/bin:/bin")
+	}
+	if getenv("LANG") == "" {
+		env = append(env, "LANG=C.UTF-8")
+	}
+	env = append(env,
+		"HOME="+filepath.Join(root, "home"),
+		"TMPDIR="+filepath.Join(root, "tmp"),
+		"GOPROXY=off",
+		"GOTOOLCHAIN=local",
+		"GIT_CEILING_DIRECTORIES="+root,
+		"GIT_CONFIG_NOSYSTEM=1",
+		"GIT_TERMINAL_PROMPT=0",
+		"CI=true",
+		"CONDUCTOR_GATE=1",
+	)
+	return append(env, extra...)
+}
+
+// RunGate runs one review check or gate command in sb: dir (the exported or
+// checked-out tree) is the working directory and writable; root, outside
+// dir, is the scratch folder holding home/ and tmp/ (made here, as GateEnv
+// names them). Both are handed to the sandbox uid first. The command sees no
+// network, no credential and no .git.
+func RunGate(ctx context.Context, sb Sandbox, dir, root string, argv, env []string, timeout time.Duration, outputLimit int64) (Result, error) {
+	for _, d := range []string{filepath.Join(root, "home"), filepath.Join(root, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return Result{}, fmt.Errorf("gate: %w", err)
+		}
+	}
+	for _, d := range []string{dir, root} {
+		if sb.Name() == BackendNone {
+			break // runs as the conductor: nothing to hand over
+		}
+		if err := PrepareWorktree(d); err != nil {
+			return Result{}, fmt.Errorf("gate: %w", err)
+		}
+	}
+	return sb.Run(ctx, Spec{Dir: dir, Scratch: root, Argv: argv, Env: env, Timeout: timeout, OutputLimit: outputLimit})
+}
+
+// ForGate returns sb, or, when sb is nil, the default backend ("auto":
+// bubblewrap when it works). A gate never silently runs unsandboxed: with no
+// working sandbox the error wraps ErrUnavailable and the caller refuses.
+func ForGate(sb Sandbox) (Sandbox, error) {
+	if sb != nil {
+		return sb, nil
+	}
+	return New(BackendAuto)
+}
