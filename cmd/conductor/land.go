@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -10,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
@@ -41,6 +43,7 @@ func newLandCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
+			&cli.Int64Flag{Name: "close-issue", Usage: "after landing, comment the landed SHA on forge issue `N` and close it (default: the decision's issue, if any; GITEA_URL/GITEA_TOKEN)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -60,9 +63,12 @@ func landAction(c *cli.Context, d *deps) error {
 	}
 	id := c.Args().First()
 	// The policy comes from the decision's repository (or --roles).
-	repo := ""
+	repo, issue := "", c.Int64("close-issue")
 	if dec, err := store.GetDecision(ctx, id); err == nil {
 		repo = dec.Repo
+		if issue == 0 {
+			issue = dec.Issue
+		}
 	} else if !errors.Is(err, bus.ErrNotFound) {
 		return err
 	}
@@ -84,7 +90,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	_, err = land.Run(ctx, land.Options{
+	out, err := land.Run(ctx, land.Options{
 		Sandbox:    sb,
 		Store:      store,
 		Rules:      pol.Landing(),
@@ -104,7 +110,20 @@ func landAction(c *cli.Context, d *deps) error {
 		Log:      d.Log,
 		Fault:    faultInjector(d.Getenv, "land"),
 	})
-	return err
+	if err != nil || issue <= 0 || out.Status != land.StatusLanded {
+		return err
+	}
+	// Closing the issue is a separate act after the local commit: a forge
+	// failure is reported, and the landing stands.
+	f, err := d.openForge(c, patch.Git{GitDir: repo})
+	if err == nil {
+		err = forge.CloseIssueAfterLanding(ctx, f, issue, out.Commit, out.Target)
+	}
+	if err != nil {
+		return fmt.Errorf("landed %s as %s, but closing issue #%d failed: %w", id, out.Commit, issue, err)
+	}
+	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
+	return nil
 }
 
 // pooledCheckout lends the gate a free worktree of the worker pool (reset

@@ -13,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/forge/fakegitea"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
@@ -23,6 +24,7 @@ import (
 func TestScriptLand(t *testing.T) {
 	testscript.Run(t, scriptParams("land", map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"fakellm":   fakellm.ScriptCmd,
+		"fakegitea": fakegitea.ScriptCmd,
 		"work":      landWorkCmd,
 		"approve":   landApproveCmd,
 		"capture":   landCaptureCmd,
