@@ -33,7 +33,7 @@ echo "repo: $repo (go test fails: Sum skips the first element)" >&2
 
 sandbox=auto
 if ! command -v bwrap >/dev/null 2>&1; then
-  echo "warning: bubblewrap (bwrap) is not installed; the demo runs the worker UNSANDBOXED (--sandbox none)." >&2
+  echo "warning: bubblewrap (bwrap) is not installed; the demo runs the worker, the checks and the gate UNSANDBOXED (--sandbox none)." >&2
   echo "         install it with: apt-get install -y bubblewrap" >&2
   sandbox=none
 fi
@@ -49,15 +49,15 @@ say "2. the worker's whole output: one diff with its patch-id"
 cat "$CONDUCTOR_HOME/runs/$runid/patch.diff"
 
 say "3. review: policy checks, syntax checks and the gate; approve and raise a merge decision"
-run "$bin" review "$runid" --approve --raise main | tee "$out/review.txt"
+run "$bin" review "$runid" --approve --raise main --sandbox "$sandbox" | tee "$out/review.txt"
 decision="$(sed -n 's/^decision[: ]*\(d-[A-Za-z0-9]*\).*/\1/p' "$out/review.txt" | tail -n1)"
 [ -n "$decision" ] || decision="$("$bin" decision list --open --json | sed -n 's/.*"id": *"\(d-[^"]*\)".*/\1/p' | head -n1)"
 run "$bin" decision resolve "$decision" --option merge --by "demo operator"
 
 say "4. land: dry run first (changes nothing), then for real"
-run "$bin" land "$decision" --dry-run
+run "$bin" land "$decision" --dry-run --sandbox "$sandbox"
 before="$(git -C "$repo" rev-parse main)"
-run "$bin" land "$decision"
+run "$bin" land "$decision" --sandbox "$sandbox"
 after="$(git -C "$repo" rev-parse main)"
 
 say "5. the landed commit, its trailers and the receipt git alone can verify"
