@@ -85,9 +85,19 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 		t.Fatal("git is required")
 	}
 	e := &escapeEnv{secrets: escapeSecrets()}
-	base := t.TempDir()
+	// Everything under a folder the sandbox uid can reach: $TMPDIR when it
+	// can (a CI runner's may be private), else /tmp.
+	tmp := os.TempDir()
+	if (sandbox.Options{}).Reachable(tmp) != nil {
+		tmp = "/tmp"
+	}
+	base, err := os.MkdirTemp(tmp, "conductor-escape-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
 	e.root = filepath.Join(base, "escape")
-	for _, d := range []string{filepath.Dir(base), base, e.root} {
+	for _, d := range []string{base, e.root} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -132,7 +142,7 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 	// leaves to the conductor: no command may inherit it.
 	var leak [2]int
 	syscall.ForkLock.Lock()
-	err := syscall.Pipe(leak[:])
+	err = syscall.Pipe(leak[:])
 	syscall.ForkLock.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -175,9 +185,15 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 
 	// The sandbox: bwrap only. A small process limit so the fork bomb ends
 	// fast; the hostile program's folder read-only.
-	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, sandbox.Options{
-		MaxProcs: 256, OutputKillLimit: 32 << 20, ReadOnly: []string{e.toolDir},
-	})
+	opts := sandbox.Options{MaxProcs: 256, OutputKillLimit: 32 << 20, ReadOnly: []string{e.toolDir}}
+	if os.Getuid() == 0 {
+		// A uid of the suite's own: RLIMIT_NPROC counts every process of
+		// a uid, so the fork bomb neither starves nor is starved by other
+		// packages' sandboxes running in parallel as 65534.
+		uid := 64999
+		opts.UID, opts.GID = &uid, &uid
+	}
+	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, opts)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("the escape suite needs the bwrap sandbox in CI: %v", err)

@@ -38,7 +38,7 @@ func escapeTool(t *testing.T) (dir, path string) {
 			tool.path = p
 			return
 		}
-		d, err := os.MkdirTemp("", "conductor-escapetool-")
+		d, err := os.MkdirTemp(reachableTempBase(), "conductor-escapetool-")
 		if err != nil {
 			tool.err = err
 			return
@@ -87,13 +87,24 @@ func bwrapBox(t *testing.T, mod func(*Options)) *bwrapBackend {
 // private to the test user).
 func worktree(t *testing.T) string {
 	t.Helper()
-	d := t.TempDir()
-	for _, p := range []string{filepath.Dir(d), d} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	d, err := os.MkdirTemp(reachableTempBase(), "conductor-sandbox-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return d
+}
+
+// reachableTempBase is $TMPDIR when the sandbox uid can reach it (a CI
+// runner's may be private), else /tmp.
+func reachableTempBase() string {
+	if base := os.TempDir(); (Options{}).Reachable(base) == nil {
+		return base
+	}
+	return "/tmp"
 }
 
 func writeFile(t *testing.T, path, content string, mode os.FileMode) {
