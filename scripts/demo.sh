@@ -40,10 +40,18 @@ fi
 
 say "1. dispatch: the worker runs the task against a replayed model"
 run "$bin" run-task run "$root/testdata/demo/task.json" --repo "$repo" \
-  --model "replay:$root/testdata/demo/model.json" --sandbox "$sandbox" --json >"$out/run.jsonl"
-runid="$(tail -n1 "$out/run.jsonl" | sed -n 's/.*"runId": *"\([^"]*\)".*/\1/p')"
-[ -n "$runid" ] || { echo "no run id in run-task output" >&2; tail -n3 "$out/run.jsonl" >&2; exit 1; }
-run "$bin" runs show "$runid"
+  --model "replay:$root/testdata/demo/model.json" --sandbox "$sandbox" --progress | tee "$out/run.txt"
+runid="$(sed -n 's/^run \(r-[^ ]*\) .*/\1/p' "$out/run.txt" | head -n1)"
+[ -n "$runid" ] || { echo "no run id in run-task output" >&2; exit 1; }
+say "the transcript: one line per model turn and tool call"
+python3 - "$CONDUCTOR_HOME/runs/$runid/transcript.jsonl" <<'PY' 2>/dev/null || head -c 2000 "$CONDUCTOR_HOME/runs/$runid/transcript.jsonl"
+import json, sys
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    text = e.get("text") or e.get("content") or e.get("arguments") or (e.get("message") or {}).get("content") or ""
+    text = text.replace("\n", " ")
+    print(f'  {e.get("type",""):<11} {e.get("tool") or "":<12} {text[:90]}')
+PY
 
 say "2. the worker's whole output: one diff with its patch-id"
 cat "$CONDUCTOR_HOME/runs/$runid/patch.diff"
