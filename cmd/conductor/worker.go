@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"path/filepath"
 	"time"
 
@@ -50,11 +49,11 @@ func newWorkerCmd(d *deps) *cli.Command {
 			cfg := d.config(c)
 			backend := "embedded store queue (no REDIS_URL)"
 			if u := c.String("redis-url"); u != "" {
-				backend = "redis " + redactedURL(u)
+				backend = "redis " + bus.RedactURL(u)
 			}
 			store := "embedded " + cfg.DataRoot + "/bus.db"
 			if cfg.DatabaseURL != "" {
-				store = "postgres " + redactedURL(cfg.DatabaseURL)
+				store = "postgres " + bus.RedactURL(cfg.DatabaseURL)
 			}
 			fmt.Fprintf(d.Stderr, "conductor worker %s\n  queue:       %s key %s (max attempts %d)\n  store:       %s\n  concurrency: %d%s\n  data root:   %s\n",
 				version, backend, c.String("queue"), c.Int("max-attempts"), store, c.Int("concurrency"),
@@ -95,17 +94,6 @@ func newWorkerCmd(d *deps) *cli.Command {
 			return nil
 		},
 	}
-}
-
-func redactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
 }
 
 // jobRunner runs one queue job as a worker run.

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
 )
 
 // RedisOptions configures a Redis queue consumer or producer.
@@ -58,7 +59,7 @@ func DialRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	}
 	opt, err := redis.ParseURL(o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", redactURL(o.URL), err)
+		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", bus.RedactURL(o.URL), err)
 	}
 	opt.DialTimeout = 3 * time.Second
 	opt.MaxRetries = 1
@@ -67,7 +68,7 @@ func DialRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w", redactURL(o.URL), err)
+		return nil, fmt.Errorf("redis: cannot reach %s: %w", bus.RedactURL(o.URL), err)
 	}
 	r := &Redis{c: c, o: o, stop: make(chan struct{}), done: make(chan struct{})}
 	if o.Consumer != "" {
@@ -80,19 +81,6 @@ func DialRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 		close(r.done)
 	}
 	return r, nil
-}
-
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
 }
 
 func (r *Redis) key(parts ...string) string {
