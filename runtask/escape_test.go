@@ -553,6 +553,11 @@ func TestEscapeSuite(t *testing.T) {
 				return contains(o, "fd ", "a descriptor inherited from the conductor")
 			}},
 
+		// Signals: the conductor and everything else are in another pid
+		// namespace (if this escaped, the test process itself would die).
+		{name: "kill the conductor", calls: []call{run(tool, "kill", strconv.Itoa(os.Getpid())), run(tool, "kill", "-1"), run(tool, "id")},
+			also: func(t *testing.T, o *outcome) []string { return mustSay(o, "no such process", "uid=") }},
+
 		// The network.
 		{name: "connect to a host listener", calls: []call{run(tool, "connect", addr), run(tool, "connect", "localhost:"+portOf(addr)), run(tool, "connect", "10.0.2.2:80")}},
 

@@ -18,6 +18,7 @@
 //	escapetool linger TOKEN          sleep forever (TOKEN marks it in the process table)
 //	escapetool fds                   list the descriptors it inherited beyond 0, 1, 2
 //	escapetool syscalls              call keyctl, bpf, perf_event_open, userfaultfd, io_uring_setup; print each error
+//	escapetool kill PID              send SIGKILL to PID (-1: every process it may signal)
 //	escapetool keys                  read every key of the kernel keyrings it possesses
 //	escapetool id                    print uid, gid and groups
 //
@@ -127,6 +128,12 @@ func main() {
 	case "syscalls":
 		need(0)
 		probeSyscalls()
+	case "kill":
+		need(1)
+		var pid int
+		if _, err = fmt.Sscan(args[0], &pid); err == nil {
+			err = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	case "keys":
 		need(0)
 		err = keys()
@@ -144,7 +151,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|syscalls|keys|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|syscalls|kill|keys|id ...")
 	os.Exit(2)
 }
 
