@@ -2,10 +2,13 @@
 // credentials, the worktree as the only writable path and the worktree's
 // .git hidden. Backends: bwrap (bubblewrap, the default on Linux when it
 // works), none (only when asked for explicitly; warns on every run) and
-// docker (when a Docker engine is reachable).
+// docker (not built: New reports ErrUnavailable, Probe whether an engine
+// answers). Review checks and landing gates run through it too (RunGate).
 //
 // sandbox never adds a variable to a command's environment that the caller
-// did not pass, and never runs a command through a shell.
+// did not pass, never runs a command through a shell, never falls back to
+// none by itself, and never runs a command as root. The threat model and
+// every mechanism are in docs/security.md.
 package sandbox
 
 import (
