@@ -8,8 +8,7 @@
 // sandbox never adds a variable to a command's environment that the caller
 // did not pass, never runs a command through a shell, never falls back to
 // none by itself, and its bwrap backend never runs a command as root. The
-// threat model and
-// every mechanism are in docs/security.md.
+// threat model and every mechanism are in docs/security.md.
 package sandbox
 
 import (
