@@ -25,17 +25,19 @@ func newDoctorCmd(d *deps) *cli.Command {
 		Usage:     "report which sandbox backends work on this machine",
 		ArgsUsage: " ",
 		Description: `Checks, by really running a command in each, which sandbox backends work here:
-bubblewrap installed, user namespaces allowed, the unprivileged user commands run as
-when the conductor is root, network isolation, the limits; none (no isolation, only
-when asked for by name); docker (not built; reports whether an engine answers).
+bubblewrap installed, prlimit installed, the unprivileged user commands run as when
+the conductor is root, user namespaces allowed, network isolation, the seccomp filter,
+the limits, and whether the sandbox user can reach the worktree base and the scratch
+folders; none (no isolation, only when asked for by name); docker (not built; reports
+whether an engine answers).
 
 Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap) works,
 1 when it does not: a run demanding it would be refused.
 
-Environment: WORKER_SANDBOX (backend, as for run-task), CONDUCTOR_SANDBOX_UID (UID[:GID] to run
-commands as when root; default 65534), CONDUCTOR_SANDBOX_MAX_PROCS,
-CONDUCTOR_SANDBOX_RO_PATHS (extra read-only folders, colon-separated),
-CONDUCTOR_BWRAP (path of bwrap).`,
+Environment: WORKER_SANDBOX (backend, as for run-task), WORKER_WORKTREE_BASE,
+CONDUCTOR_SANDBOX_UID (UID[:GID] commands run as when the conductor is root; default
+65534), CONDUCTOR_SANDBOX_MAX_PROCS, CONDUCTOR_SANDBOX_RO_PATHS (extra read-only
+folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.StringFlag{Name: "sandbox", Value: sandbox.BackendAuto, EnvVars: []string{sandbox.EnvBackend},
