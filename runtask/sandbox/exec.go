@@ -132,6 +132,17 @@ func (r runner) executeHere(ctx context.Context, cmd *exec.Cmd, spec Spec) (Resu
 			killMore()
 		}
 	}
+	if killed && killMore != nil {
+		// The sandbox's pid 1 is killed (and with it the namespace): let
+		// bwrap reap it and exit by itself, so it is not left a zombie
+		// for the host's init to collect (zombies count against the
+		// uid's process limit, and a conductor running as a container's
+		// pid 1 would never collect them).
+		select {
+		case <-exited:
+		case <-time.After(time.Second):
+		}
+	}
 	// Kill the whole group, also after a normal exit: a background
 	// process a command left behind must not outlive it.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)

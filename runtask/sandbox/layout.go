@@ -220,6 +220,11 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 	a := []string{
 		"--unshare-all", "--unshare-user", // every namespace, network included
 		"--die-with-parent", "--new-session",
+		// The command is pid 1 of its namespace: when it ends, the kernel
+		// kills everything it left behind, and bwrap reaps it itself
+		// (with bwrap's own init in between, that init would be left a
+		// zombie for the host's init to collect).
+		"--as-pid-1",
 		"--hostname", "sandbox",
 		"--clearenv",
 		"--info-fd", fmt.Sprint(infoFD),

@@ -134,7 +134,7 @@ func TestBwrapArgs(t *testing.T) {
 			spec: Spec{Dir: wt, Argv: []string{"go", "test"}, Env: []string{"PATH=/usr/bin", "LANG=C"}},
 			want: [][]string{
 				{"--unshare-all", "--unshare-user"},
-				{"--die-with-parent", "--new-session"},
+				{"--die-with-parent", "--new-session", "--as-pid-1"},
 				{"--clearenv"},
 				{"--info-fd", "4", "--seccomp", "5"},
 				{"--disable-userns"},
