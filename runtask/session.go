@@ -1,6 +1,7 @@
 package runtask
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -395,6 +396,12 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	}
 	r.root = root
 	defer root.Close()
+	if mode == modeContinue {
+		// A conductor killed inside an atomic write leaves its temp file.
+		if n := sweepWriteTemps(root); n > 0 {
+			r.warnf("removed %d temp file(s) left by an interrupted write", n)
+		}
+	}
 	r.touched = touchedSet{}
 	for _, f := range st.Files {
 		r.touched[f.Path] = f.Hash
@@ -836,23 +843,26 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			return ctx.Err()
 		}
 		name, args := call.Function.Name, call.Function.Arguments
-		r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
-		res := r.tb.call(ctx, name, args)
-		if ctx.Err() != nil && name == ToolRunCommand {
-			// A command interrupted mid-run: no result is recorded; a
-			// resumed run executes it again. (File tools finish what they
-			// started: their result is recorded.)
-			return ctx.Err()
-		}
-		outFile := ""
-		if res.Full != nil {
-			outFile = filepath.Join("outputs", fmt.Sprintf("step-%03d-%s.txt", st.Step, safeFileName(call.ID)))
-			if err := runrec.WriteFileAtomic(r.runDir.Path(outFile), res.Full, 0o644); err != nil {
-				r.warnf("tool output: %v", err)
-				outFile = ""
+		res, adopted := r.recordedResult(st.Step, call.ID, name, args)
+		if !adopted {
+			r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
+			res = r.tb.call(ctx, name, args)
+			if ctx.Err() != nil && name == ToolRunCommand {
+				// A command interrupted mid-run: no result is recorded; a
+				// resumed run executes it again. (File tools finish what they
+				// started: their result is recorded.)
+				return ctx.Err()
 			}
+			outFile := ""
+			if res.Full != nil {
+				outFile = filepath.Join("outputs", fmt.Sprintf("step-%03d-%s.txt", st.Step, safeFileName(call.ID)))
+				if err := runrec.WriteFileAtomic(r.runDir.Path(outFile), res.Full, 0o644); err != nil {
+					r.warnf("tool output: %v", err)
+					outFile = ""
+				}
+			}
+			r.transcript(transcriptLine{Type: lineToolResult, Step: st.Step, CallID: call.ID, Tool: name, Content: res.Content, IsError: res.IsError, OutputFile: outFile})
 		}
-		r.transcript(transcriptLine{Type: lineToolResult, Step: st.Step, CallID: call.ID, Tool: name, Content: res.Content, IsError: res.IsError, OutputFile: outFile})
 		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, Content: res.Content, ToolCallID: call.ID, Name: name})
 		if len(res.Touched) > 0 {
 			r.touched.update(r.root, res.Touched...)
@@ -875,6 +885,49 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: name, Text: status})
 	}
 	return nil
+}
+
+// recordedResult finds the result of a call the transcript already holds:
+// the call ran and its result line was written, but the process died before
+// the session state was saved. Running it again would apply an edit twice,
+// so the recorded result is adopted instead. File tools report the path
+// they touched.
+func (r *runner) recordedResult(step int, callID, name, args string) (toolResult, bool) {
+	if callID == "" {
+		return toolResult{}, false
+	}
+	f, err := os.Open(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return toolResult{}, false
+	}
+	defer f.Close()
+	var found *transcriptLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	for sc.Scan() {
+		var l transcriptLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue // a torn last line
+		}
+		if l.Type == lineToolResult && l.Step == step && l.CallID == callID && l.Tool == name {
+			found = &l
+		}
+	}
+	if found == nil {
+		return toolResult{}, false
+	}
+	res := toolResult{Content: found.Content, IsError: found.IsError}
+	if !found.IsError && (name == ToolWriteFile || name == ToolEditFile) {
+		var a struct {
+			Path string `json:"path"`
+		}
+		if json.Unmarshal([]byte(args), &a) == nil {
+			if p, err := r.tb.cleanPath(a.Path, false); err == nil {
+				res.Touched = []string{p}
+			}
+		}
+	}
+	return res, true
 }
 
 func canonicalArgs(args string) string {

@@ -3,6 +3,8 @@ package runtask
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -321,21 +323,71 @@ func readRegular(root *os.Root, p string, max int64) ([]byte, fs.FileInfo, error
 }
 
 // writeRegular replaces the content of a regular file, creating it when
-// absent (mode 0644); an existing file keeps its mode.
+// absent (mode 0644); an existing file keeps its mode. The write is atomic:
+// a temp file beside it is written, fsynced and renamed over it, so a
+// conductor killed mid-write leaves the old content or the new, never half
+// (a kill between create and rename can leave the temp file, named
+// .NAME.conductor-tmp-*, in the worktree).
 func writeRegular(root *os.Root, p string, data []byte) error {
-	f, _, err := openRegular(root, p, os.O_WRONLY|os.O_CREATE, 0)
+	mode := os.FileMode(0o644)
+	if _, err := root.Lstat(p); err == nil {
+		f, fi, err := openRegular(root, p, os.O_RDONLY, 0)
+		if err != nil {
+			return err
+		}
+		f.Close()
+		mode = fi.Mode().Perm()
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return errors.New(stripRootErr(err))
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(path.Dir(p), "."+path.Base(p)+writeTempMark+hex.EncodeToString(rnd[:]))
+	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, mode)
 	if err != nil {
-		return err
+		return errors.New(stripRootErr(err))
 	}
-	if err := f.Truncate(0); err != nil {
-		f.Close()
-		return err
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
+	if err == nil {
+		err = f.Sync()
 	}
-	return f.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = root.Rename(tmp, p)
+	}
+	if err != nil {
+		root.Remove(tmp)
+		return errors.New(stripRootErr(err))
+	}
+	return nil
+}
+
+// writeTempMark names the temp files of writeRegular.
+const writeTempMark = ".conductor-tmp-"
+
+// sweepWriteTemps removes the temp files interrupted writes left in the
+// worktree (never under .git) and says how many.
+func sweepWriteTemps(root *os.Root) int {
+	n := 0
+	fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir() && strings.EqualFold(d.Name(), ".git"):
+			return fs.SkipDir
+		case d.Type().IsRegular() && strings.HasPrefix(d.Name(), ".") && strings.Contains(d.Name(), writeTempMark):
+			if root.Remove(p) == nil {
+				n++
+			}
+		}
+		return nil
+	})
+	return n
 }
 
 func isBinary(b []byte) bool {
