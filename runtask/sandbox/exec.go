@@ -140,7 +140,7 @@ func (r runner) executeHere(ctx context.Context, cmd *exec.Cmd, spec Spec) (Resu
 		// pid 1 would never collect them).
 		select {
 		case <-exited:
-		case <-time.After(time.Second):
+		case <-time.After(250 * time.Millisecond):
 		}
 	}
 	// Kill the whole group, also after a normal exit: a background
