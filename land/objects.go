@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-git/go-git/v5/plumbing"
+	gitobject "github.com/go-git/go-git/v5/plumbing/object"
+
 	"github.com/conductor-dev/conductor/patch"
 )
 
@@ -97,31 +100,29 @@ func parseIdent(s string) (ident, bool) {
 	}, true
 }
 
-// parseCommit parses a raw commit object.
+// parseCommit decodes a raw commit object with go-git's commit decoder (it
+// knows every header, multi-line signatures included).
 func parseCommit(oid string, raw []byte) (commit, error) {
-	c := commit{OID: oid}
-	head, msg, ok := bytes.Cut(raw, []byte("\n\n"))
-	if !ok {
-		head, msg = raw, nil
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(plumbing.CommitObject)
+	if _, err := obj.Write(raw); err != nil {
+		return commit{OID: oid}, err
 	}
-	c.Message = string(msg)
-	for _, line := range strings.Split(string(head), "\n") {
-		key, val, _ := strings.Cut(line, " ")
-		switch key {
-		case "tree":
-			c.Tree = val
-		case "parent":
-			c.Parents = append(c.Parents, val)
-		case "author":
-			a, ok := parseIdent(val)
-			if !ok {
-				return c, fmt.Errorf("commit %s: bad author line", oid)
-			}
-			c.Author = a
-		}
+	var gc gitobject.Commit
+	if err := gc.Decode(obj); err != nil {
+		return commit{OID: oid}, fmt.Errorf("commit %s: %w", oid, err)
 	}
-	if c.Tree == "" {
-		return c, fmt.Errorf("commit %s: no tree", oid)
+	if gc.TreeHash.IsZero() {
+		return commit{OID: oid}, fmt.Errorf("commit %s: no tree", oid)
+	}
+	if gc.Author.Email == "" && gc.Author.Name == "" {
+		return commit{OID: oid}, fmt.Errorf("commit %s: bad author line", oid)
+	}
+	c := commit{OID: oid, Tree: gc.TreeHash.String(), Message: gc.Message,
+		Author: ident{Name: gc.Author.Name, Email: gc.Author.Email,
+			Date: fmt.Sprintf("%d %s", gc.Author.When.Unix(), gc.Author.When.Format("-0700"))}}
+	for _, p := range gc.ParentHashes {
+		c.Parents = append(c.Parents, p.String())
 	}
 	return c, nil
 }
