@@ -36,6 +36,8 @@ func (c Config) WithDefaults(getenv func(string) string) Config {
 }
 
 // DefaultDataRoot is $CONDUCTOR_HOME, else $XDG_DATA_HOME/conductor, else
+// /var/lib/conductor for root (the sandbox's unprivileged uid must reach the
+// worktrees and scratch folders, and /root is private), else
 // ~/.local/share/conductor.
 func DefaultDataRoot(getenv func(string) string) string {
 	if v := getenv("CONDUCTOR_HOME"); v != "" {
@@ -43,6 +45,9 @@ func DefaultDataRoot(getenv func(string) string) string {
 	}
 	if v := getenv("XDG_DATA_HOME"); v != "" {
 		return filepath.Join(v, "conductor")
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/conductor"
 	}
 	if home := getenv("HOME"); home != "" {
 		return filepath.Join(home, ".local", "share", "conductor")

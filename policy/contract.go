@@ -162,7 +162,7 @@ func (r *Role) CheckCommand(argv []string) error {
 	}
 	for _, a := range argv[len(match):] {
 		for _, d := range r.c.DeniedArgs {
-			if a == d || strings.HasPrefix(a, d+"=") {
+			if deniedArg(a, d) {
 				return Refusef("argument-not-allowed", "drop the argument "+d,
 					"role %s may not pass %q to %s", r.c.Role, a, quoteArgv(match))
 			}
@@ -172,6 +172,25 @@ func (r *Role) CheckCommand(argv []string) error {
 		}
 	}
 	return nil
+}
+
+// deniedArg reports whether argument a is the denied flag d, alone or with
+// "=value", in its one-dash or two-dash spelling (Go's flag package, and
+// many tools, take both: -exec and --exec are the same flag).
+func deniedArg(a, d string) bool {
+	forms := []string{a}
+	switch {
+	case strings.HasPrefix(a, "--"):
+		forms = append(forms, a[1:])
+	case strings.HasPrefix(a, "-"):
+		forms = append(forms, "-"+a)
+	}
+	for _, f := range forms {
+		if f == d || strings.HasPrefix(f, d+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Role) commandList() string {
