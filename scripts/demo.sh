@@ -2,15 +2,19 @@
 # The product end to end, offline: a throwaway repository with a failing
 # test, a worker task run against a replayed model (no network), review with
 # the policy checks and the gate, a merge decision, a dry-run landing, the
-# landing, and the audit of the landed commit. Everything lives under
-# demo-out/ (removed and re-made on each run).
+# landing, and the audit of the landed commit. Everything lives in a fresh
+# folder under /tmp, linked as demo-out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin/conductor"
-[ -x "$bin" ] || (cd "$root" && go build -o bin/conductor ./cmd/conductor)
-out="$root/demo-out"
-rm -rf "$out"
-mkdir -p "$out"
+(cd "$root" && go build -o bin/conductor ./cmd/conductor)
+# The data root lives in a fresh folder under /tmp: the sandbox's
+# unprivileged uid must be able to reach the worktrees, which a checkout
+# under a private home (/root) would not allow. demo-out points at it.
+out="$(mktemp -d "${TMPDIR:-/tmp}/conductor-demo.XXXXXX")"
+chmod 755 "$out"
+rm -rf "$root/demo-out"
+ln -s "$out" "$root/demo-out"
 export CONDUCTOR_HOME="$out/.conductor"
 unset DATABASE_URL REDIS_URL
 export GIT_AUTHOR_NAME="Demo Operator" GIT_AUTHOR_EMAIL="operator@demo.invalid"
