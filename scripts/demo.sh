@@ -36,9 +36,10 @@ git -C "$repo" commit -qm "calc: Sum and its test"
 echo "repo: $repo (go test fails: Sum skips the first element)" >&2
 
 sandbox=auto
-if ! command -v bwrap >/dev/null 2>&1; then
-  echo "warning: bubblewrap (bwrap) is not installed; the demo runs the worker, the checks and the gate UNSANDBOXED (--sandbox none)." >&2
-  echo "         install it with: apt-get install -y bubblewrap" >&2
+if ! "$bin" doctor >"$out/doctor.txt" 2>&1; then
+  echo "warning: no working sandbox here (conductor doctor says why, below); the demo runs the worker," >&2
+  echo "         the checks and the gate UNSANDBOXED (--sandbox none). Install bubblewrap: apt-get install -y bubblewrap" >&2
+  sed 's/^/    /' "$out/doctor.txt" >&2
   sandbox=none
 fi
 
