@@ -11,20 +11,22 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/conductor-dev/conductor/policy"
 )
 
-// Tool names, canonical form.
+// Tool names, canonical form: the role contracts' names (package policy).
 const (
-	ToolReadFile   = "read_file"
-	ToolWriteFile  = "write_file"
-	ToolEditFile   = "edit_file"
-	ToolGrep       = "grep"
-	ToolListDir    = "list_dir"
-	ToolRunCommand = "run_command"
+	ToolReadFile   = policy.ToolReadFile
+	ToolWriteFile  = policy.ToolWriteFile
+	ToolEditFile   = policy.ToolEditFile
+	ToolGrep       = policy.ToolGrep
+	ToolListDir    = policy.ToolListDir
+	ToolRunCommand = policy.ToolRunCommand
 )
 
 // CanonicalTools lists every tool the conductor executes, in a stable order.
-var CanonicalTools = []string{ToolReadFile, ToolWriteFile, ToolEditFile, ToolGrep, ToolListDir, ToolRunCommand}
+var CanonicalTools = policy.Tools()
 
 // toolAliases maps the seed convention (read/write/edit/bash) onto canonical
 // tools. "read" grants every read-only tool: reading files, grep and listing.

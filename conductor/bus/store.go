@@ -23,6 +23,9 @@ type querier interface {
 	query(ctx context.Context, q string, args ...any) (rows, error)
 }
 
+// scanner is one row being read.
+type scanner interface{ Scan(dest ...any) error }
+
 // rows is the part of *sql.Rows and pgx.Rows the store uses.
 type rows interface {
 	Next() bool
@@ -70,6 +73,24 @@ func one(ctx context.Context, q querier, query string, args []any, dest ...any) 
 		return err
 	}
 	return r.Err()
+}
+
+// all runs a query and scans every row with scan.
+func all[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	r, err := q.query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []T
+	for r.Next() {
+		v, err := scan(r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, r.Err()
 }
 
 // retryBudget bounds how long a write keeps retrying transient lock errors
@@ -183,7 +204,7 @@ func (s *sqlStore) PutRun(ctx context.Context, r Run) error {
 	})
 }
 
-func scanRun(r interface{ Scan(...any) error }) (Run, error) {
+func scanRun(r scanner) (Run, error) {
 	var (
 		run           Run
 		p, c, t       sql.NullInt64
@@ -248,21 +269,9 @@ func (s *sqlStore) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 		args = append(args, int64(f.Limit))
 	}
 	var out []Run
-	err := s.read(ctx, func(q querier) error {
-		out = out[:0]
-		r, err := q.query(ctx, query, args...)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			run, err := scanRun(r)
-			if err != nil {
-				return err
-			}
-			out = append(out, run)
-		}
-		return r.Err()
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = all(ctx, q, scanRun, query, args...)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
@@ -467,7 +476,7 @@ func (s *sqlStore) RaiseDecision(ctx context.Context, d Decision) (Decision, err
 const decisionColumns = `id, kind, options, raised_by, repo, work_ref, commit_sha, target, run_id,
 	issue, raised_at, chosen, resolved_by, resolved_at`
 
-func scanDecision(r interface{ Scan(...any) error }) (Decision, error) {
+func scanDecision(r scanner) (Decision, error) {
 	var (
 		d                  Decision
 		options            string
@@ -582,21 +591,9 @@ func (s *sqlStore) ListDecisions(ctx context.Context, openOnly bool) ([]Decision
 	}
 	query += ` ORDER BY seq DESC`
 	var out []Decision
-	err := s.read(ctx, func(q querier) error {
-		out = out[:0]
-		r, err := q.query(ctx, query)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			d, err := scanDecision(r)
-			if err != nil {
-				return err
-			}
-			out = append(out, d)
-		}
-		return r.Err()
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = all(ctx, q, scanDecision, query)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list decisions: %w", err)
@@ -698,24 +695,17 @@ func (s *sqlStore) AddNote(ctx context.Context, n Note) (Note, error) {
 
 func (s *sqlStore) PendingNotes(ctx context.Context, runID string) ([]Note, error) {
 	var out []Note
-	err := s.read(ctx, func(q querier) error {
-		out = out[:0]
-		r, err := q.query(ctx, `SELECT id, body, created_at FROM notes
+	scanNote := func(r scanner) (Note, error) {
+		n := Note{RunID: runID}
+		var at int64
+		err := r.Scan(&n.ID, &n.Text, &at)
+		n.CreatedAt = fromTS(at)
+		return n, err
+	}
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = all(ctx, q, scanNote, `SELECT id, body, created_at FROM notes
 			WHERE run_id = ? AND delivered_at_step = 0 ORDER BY id`, runID)
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		for r.Next() {
-			n := Note{RunID: runID}
-			var at int64
-			if err := r.Scan(&n.ID, &n.Text, &at); err != nil {
-				return err
-			}
-			n.CreatedAt = fromTS(at)
-			out = append(out, n)
-		}
-		return r.Err()
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pending notes of run %s: %w", runID, err)
