@@ -478,11 +478,11 @@ func (e *escapeEnv) escapes(t *testing.T, a attempt, o *outcome) []string {
 		found = append(found, fmt.Sprintf("the host listener was reached %d times", n))
 	}
 	if a.survivors != "" {
-		if pids := pidsWith(a.survivors); len(pids) > 0 {
+		if pids := pidsAfterGrace(a.survivors); len(pids) > 0 {
 			found = append(found, fmt.Sprintf("processes survived their command: %v", pids))
 		}
 	}
-	if pids := pidsWith(e.tool); len(pids) > 0 {
+	if pids := pidsAfterGrace(e.tool); len(pids) > 0 {
 		found = append(found, fmt.Sprintf("hostile processes still running after the run: %v", pids))
 	}
 	found = append(found, o.stageEscapes...)
@@ -887,6 +887,20 @@ func foundUnder(dir string, names ...string) []string {
 func portOf(addr string) string {
 	_, p, _ := net.SplitHostPort(addr)
 	return p
+}
+
+// pidsAfterGrace is pidsWith after a short grace: processes killed with
+// their sandbox die asynchronously (the kernel tears the pid namespace down
+// after its pid 1); one still listed after the grace survived.
+func pidsAfterGrace(s string) []int {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		pids := pidsWith(s)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // pidsWith lists host processes whose command line contains s.

@@ -668,8 +668,14 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 	}
 	var head string
 	switch {
-	case res.TimedOut:
-		head = fmt.Sprintf("command timed out after %s (killed)\n", tb.lim.CommandTimeout)
+	case res.TimedOut || res.Outcome == sandbox.OutcomeTimeout:
+		head = fmt.Sprintf("command timed out after %s (killed with everything it started)\n", tb.lim.CommandTimeout)
+	case res.OutputExceeded || res.Outcome == sandbox.OutcomeOutputExceeded:
+		head = fmt.Sprintf("command killed: it wrote %d bytes, more than the sandbox allows\n", res.OutputBytes)
+	case res.Outcome == sandbox.OutcomeSignaled:
+		head = fmt.Sprintf("command killed by signal %s\n", firstNonEmpty(res.Signal, "(unknown)"))
+	case res.Outcome == sandbox.OutcomeCancelled:
+		head = "command cancelled (the run is stopping)\n"
 	default:
 		head = fmt.Sprintf("exit status %d\n", res.ExitCode)
 	}

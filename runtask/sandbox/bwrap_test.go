@@ -386,7 +386,7 @@ func TestBwrapTimeoutKillsEveryProcess(t *testing.T) {
 	if !strings.Contains(string(res.Output), "started") {
 		t.Fatalf("the command did not start its children: %s", res.Output)
 	}
-	if pids := processesWith(tok); len(pids) > 0 {
+	if pids := survivors(tok); len(pids) > 0 {
 		t.Fatalf("ESCAPE: processes survived the timeout: %v", pids)
 	}
 }
@@ -400,7 +400,7 @@ func TestBwrapBackgroundProcessesDieWithTheCommand(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("%v %+v %s", err, res, res.Output)
 	}
-	if pids := processesWith(tok); len(pids) > 0 {
+	if pids := survivors(tok); len(pids) > 0 {
 		t.Fatalf("ESCAPE: a background process outlived its command: %v", pids)
 	}
 }
@@ -427,7 +427,7 @@ func TestBwrapForkBombIsBounded(t *testing.T) {
 	if !res.TimedOut && !strings.Contains(string(res.Output), "errno=11") {
 		t.Fatalf("fork bomb: %+v\n%s\nwant killed at the timeout", res, res.Output)
 	}
-	if pids := processesWith(filepath.Join(toolDir, "escapetool") + "\x00forkbomb"); len(pids) > 0 {
+	if pids := survivors(filepath.Join(toolDir, "escapetool") + "\x00forkbomb"); len(pids) > 0 {
 		t.Fatalf("ESCAPE: %d fork bomb processes survived", len(pids))
 	}
 	// The conductor still runs commands afterwards.
@@ -472,7 +472,7 @@ func TestBwrapCancelledContext(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || res.Outcome != OutcomeCancelled {
 		t.Fatalf("err %v outcome %q, want context.Canceled and cancelled", err, res.Outcome)
 	}
-	if pids := processesWith(tok); len(pids) > 0 {
+	if pids := survivors(tok); len(pids) > 0 {
 		t.Fatalf("processes survived cancellation: %v", pids)
 	}
 }
@@ -654,7 +654,7 @@ func TestBwrapConcurrentCommands(t *testing.T) {
 			if !g.res.TimedOut {
 				t.Errorf("command %d: %+v, want a timeout", g.i, g.res)
 			}
-			if pids := processesWith(fmt.Sprint("concurrent-token-", g.i)); len(pids) > 0 {
+			if pids := survivors(fmt.Sprint("concurrent-token-", g.i)); len(pids) > 0 {
 				t.Errorf("command %d left processes: %v", g.i, pids)
 			}
 			continue

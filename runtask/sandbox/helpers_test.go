@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 var tool struct {
@@ -163,4 +164,19 @@ func fileUID(t *testing.T, path string) int {
 		t.Fatal(err)
 	}
 	return int(fi.Sys().(*syscall.Stat_t).Uid)
+}
+
+// survivors is processesWith after a short grace: processes SIGKILLed with
+// their sandbox die asynchronously (the kernel tears a pid namespace down
+// after its pid 1), so a process still listed a moment after Run returned is
+// dying, not escaping; one still listed after the grace survived.
+func survivors(parts ...string) []int {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		pids := processesWith(parts...)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return pids
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
