@@ -151,11 +151,40 @@ func decorate(d *deps, cmd *cli.Command) {
 	}
 	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
 	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageErr(err) }
+	// Required flags are checked here, after --version, so that
+	// `conductor CMD --version` works for every command.
+	var required []string
+	for _, f := range cmd.Flags {
+		if rf, ok := f.(interface{ IsRequired() bool }); ok && rf.IsRequired() {
+			required = append(required, f.Names()[0])
+			switch tf := f.(type) {
+			case *cli.StringFlag:
+				tf.Required = false
+			case *cli.IntFlag:
+				tf.Required = false
+			case *cli.Int64Flag:
+				tf.Required = false
+			case *cli.BoolFlag:
+				tf.Required = false
+			case *cli.StringSliceFlag:
+				tf.Required = false
+			}
+		}
+	}
 	action := cmd.Action
 	cmd.Action = func(c *cli.Context) error {
 		if c.Bool("version") {
 			fmt.Fprintf(d.Stdout, "conductor version %s\n", version)
 			return nil
+		}
+		var missing []string
+		for _, name := range required {
+			if !c.IsSet(name) {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
 		}
 		if action == nil {
 			return cli.ShowSubcommandHelp(c)
@@ -204,7 +233,7 @@ func exitCode(ctx context.Context, err error) int {
 	switch {
 	case errors.As(err, &rf):
 		return exitRefused
-	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "Required flag"):
+	case errors.As(err, &ue):
 		return exitUsage
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
 		return exitInterrupted
