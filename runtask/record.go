@@ -53,6 +53,7 @@ const (
 	lineNote       = "note"
 	lineStop       = "stop"
 	lineResume     = "resume"
+	lineTrim       = "trim"
 )
 
 // transcriptLine is one line of transcript.jsonl.
@@ -118,7 +119,7 @@ func (e *emitter) emit(ev Event) {
 		fmt.Fprintf(e.w, "step %-3d %-12s tokens %s\n", ev.Step, "model", tok)
 	case "tool":
 		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Tool, ev.Text)
-	case "note", "resume":
+	case "note", "resume", "trim":
 		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Event, ev.Text)
 	case "stop":
 		fmt.Fprintf(e.w, "run %s: %s after %d steps, tokens %s\n", ev.RunID, ev.Status, ev.Step, tok)

@@ -52,6 +52,9 @@ type Options struct {
 	KeepWorktree bool   // keep the worktree after the run (it stays with the session)
 	RunID        string // preset (the queue's idempotency key); else generated
 	AcceptDrift  bool   // resume even if files changed since the checkpoint (noted to the model)
+	// ContextWindow is the model's context in tokens (0: the registry's for
+	// the alias; still 0: unknown, nothing is trimmed).
+	ContextWindow int
 
 	Events io.Writer // progress: one line per step, or JSONL events with JSON
 	JSON   bool
@@ -485,6 +488,9 @@ func (r *runner) connectRegistry(alias string) (ModelClient, string, []string, e
 	if err != nil {
 		return nil, "", nil, err
 	}
+	if r.opts.ContextWindow == 0 {
+		r.opts.ContextWindow = spec.ContextWindow
+	}
 	var secrets []string
 	if spec.APIKeyEnv != "" {
 		secrets = append(secrets, spec.APIKeyEnv)
@@ -757,6 +763,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 				return runrec.StatusStuck, fmt.Sprintf("the same call returned the same result %d times (%s)", n, strings.SplitN(key, "\x00", 2)[0])
 			}
 		}
+		r.fitContext()
 		reply, err := r.model.Complete(lctx, ModelRequest{Messages: st.Messages, Tools: defs})
 		if s, m, ok := stopped(); ok {
 			return s, m // a reply after the limit is not used
@@ -885,6 +892,75 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: name, Text: status})
 	}
 	return nil
+}
+
+// elidedMark starts a tool result replaced to fit the context window.
+const elidedMark = "[elided to fit the context window:"
+
+// fitContext keeps the conversation under the model's context window. When
+// the estimate (about 4 bytes a token) passes 80% of the window, the oldest
+// tool results, then the oldest long tool-call arguments, are replaced by
+// one-line stubs until it is under 60%. The system prompt, the task, the
+// model's text and the last 8 messages are never touched; the full outputs
+// stay in the run folder and the transcript. A trim line records it.
+func (r *runner) fitContext() {
+	win := r.opts.ContextWindow
+	msgs := r.state.Messages
+	if win <= 0 || len(msgs) <= 10 {
+		return
+	}
+	est := estimateTokens(msgs)
+	if est*5 <= win*4 {
+		return
+	}
+	target := win * 3 / 5
+	elided, saved := 0, 0
+	// First the oldest tool results, then the oldest long tool-call
+	// arguments (a file the model wrote is on disk: its content need not
+	// stay in the conversation).
+	for pass := 0; pass < 2; pass++ {
+		for i := 2; i < len(msgs)-8 && est > target; i++ {
+			m := &msgs[i]
+			if pass == 0 {
+				if m.Role != openai.ChatMessageRoleTool || len(m.Content) < 256 || strings.HasPrefix(m.Content, elidedMark) {
+					continue
+				}
+				stub := fmt.Sprintf("%s %d bytes of %s output from an earlier step; call the tool again if you need it]", elidedMark, len(m.Content), m.Name)
+				d := (len(m.Content) - len(stub)) / 4
+				m.Content = stub
+				est, saved, elided = est-d, saved+d, elided+1
+				continue
+			}
+			for j := range m.ToolCalls {
+				fn := &m.ToolCalls[j].Function
+				if len(fn.Arguments) < 256 || strings.Contains(fn.Arguments, elidedMark) {
+					continue
+				}
+				stub, _ := json.Marshal(map[string]string{"elided": fmt.Sprintf("%s %d bytes of arguments]", elidedMark, len(fn.Arguments))})
+				d := (len(fn.Arguments) - len(stub)) / 4
+				fn.Arguments = string(stub)
+				est, saved, elided = est-d, saved+d, elided+1
+			}
+		}
+	}
+	if elided > 0 {
+		text := fmt.Sprintf("elided %d old tool results and arguments (~%d tokens) to fit the %d-token context window", elided, saved, win)
+		r.transcript(transcriptLine{Type: lineTrim, Step: r.state.Step, Text: text})
+		r.ev.emit(Event{Event: "trim", Time: r.now(), RunID: r.state.RunID, Step: r.state.Step, Text: text})
+	}
+}
+
+// estimateTokens is a cheap upper-bound estimate of a conversation's size:
+// about 4 bytes a token plus a few tokens of framing per message.
+func estimateTokens(msgs []openai.ChatCompletionMessage) int {
+	n := 0
+	for _, m := range msgs {
+		n += 4 + len(m.Content)/4
+		for _, c := range m.ToolCalls {
+			n += 4 + (len(c.Function.Name)+len(c.Function.Arguments))/4
+		}
+	}
+	return n
 }
 
 // recordedResult finds the result of a call the transcript already holds:
