@@ -26,14 +26,14 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 run() { printf '$ %s\n' "$*" >&2; "$@"; }
 
 say "a throwaway repository: a Go package whose test fails"
-repo="$out/calc"
+repo="$out/demo"
 mkdir -p "$repo"
-cp -R "$root/testdata/demo/repo/." "$repo/"
+cp -R "$root/testdata/models/demo-repo/." "$repo/"
 git -C "$repo" init -q -b main
 git -C "$repo" add -A
-git -C "$repo" commit -qm "calc: Sum and its test"
+git -C "$repo" commit -qm "mathx: Clamp, Abs and their tests"
 (cd "$repo" && go test ./... >/dev/null 2>&1) && { echo "demo repo test unexpectedly passes" >&2; exit 1; } || true
-echo "repo: $repo (go test fails: Sum skips the first element)" >&2
+echo "repo: $repo (go test fails: Clamp returns lo above the upper bound)" >&2
 
 sandbox=auto
 if ! "$bin" doctor >"$out/doctor.txt" 2>&1; then
@@ -45,7 +45,7 @@ fi
 
 say "1. dispatch: the worker runs the task against a replayed model"
 run "$bin" run-task run "$root/testdata/demo/task.json" --repo "$repo" \
-  --model "replay:$root/testdata/demo/model.json" --sandbox "$sandbox" --progress | tee "$out/run.txt"
+  --model "replay:$root/testdata/models/demo.json" --sandbox "$sandbox" --progress | tee "$out/run.txt"
 runid="$(sed -n 's/^run \(r-[^ ]*\) .*/\1/p' "$out/run.txt" | head -n1)"
 [ -n "$runid" ] || { echo "no run id in run-task output" >&2; exit 1; }
 say "the transcript: one line per model turn and tool call"
