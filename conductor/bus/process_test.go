@@ -573,6 +573,12 @@ func FuzzRedactURL(f *testing.F) {
 			if len(secret) < 4 || strings.Count(raw, secret) != 1 || strings.Contains("postgres://xxxxx", secret) {
 				continue // too short or ambiguous to tell from the rest
 			}
+			// The rest of the URL may spell the password once escaped
+			// (a space in the path becomes %20…): a control with the
+			// password swapped out tells.
+			if strings.Contains(RedactURL(strings.Replace(raw, secret, "Q9Z", 1)), secret) {
+				continue
+			}
 			if got := RedactURL(raw); strings.Contains(got, secret) {
 				t.Fatalf("RedactURL(%q) = %q keeps the password %q", raw, got, secret)
 			}
