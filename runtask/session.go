@@ -154,6 +154,7 @@ type runner struct {
 	ev       *emitter
 	touched  touchedSet
 	scratch  string
+	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
 	result   runrec.Result
 	started  time.Time
 	stopText string
@@ -738,8 +739,12 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		}
 		return runrec.StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached", r.lim.Timeout), true
 	}
-	// An interrupted turn's calls are executed first.
-	if err := r.runPendingCalls(lctx); err != nil {
+	// An interrupted turn's calls are executed first; results the
+	// transcript recorded before the crash are adopted, not re-run.
+	r.recorded = r.loadRecordedResults()
+	err := r.runPendingCalls(lctx)
+	r.recorded = nil // later turns run their calls
+	if err != nil {
 		if s, m, ok := stopped(); ok {
 			return s, m
 		}
@@ -850,7 +855,7 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			return ctx.Err()
 		}
 		name, args := call.Function.Name, call.Function.Arguments
-		res, adopted := r.recordedResult(st.Step, call.ID, name, args)
+		res, adopted := r.recordedResult(call.ID, name, args)
 		if !adopted {
 			r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
 			res = r.tb.call(ctx, name, args)
@@ -963,21 +968,21 @@ func estimateTokens(msgs []openai.ChatCompletionMessage) int {
 	return n
 }
 
-// recordedResult finds the result of a call the transcript already holds:
-// the call ran and its result line was written, but the process died before
-// the session state was saved. Running it again would apply an edit twice,
-// so the recorded result is adopted instead. File tools report the path
-// they touched.
-func (r *runner) recordedResult(step int, callID, name, args string) (toolResult, bool) {
-	if callID == "" {
-		return toolResult{}, false
+// loadRecordedResults reads the tool results the transcript holds for the
+// pending calls of the session's current step, keyed by call id. Only an
+// interrupted turn has any (a call that ran and was recorded before the
+// process died, with the session state not yet saved), so the transcript is
+// read only when calls are pending at the start of a run.
+func (r *runner) loadRecordedResults() map[string]transcriptLine {
+	if len(r.pendingCalls()) == 0 {
+		return nil
 	}
 	f, err := os.Open(r.runDir.Path(runrec.TranscriptFile))
 	if err != nil {
-		return toolResult{}, false
+		return nil
 	}
 	defer f.Close()
-	var found *transcriptLine
+	out := map[string]transcriptLine{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
 	for sc.Scan() {
@@ -985,11 +990,19 @@ func (r *runner) recordedResult(step int, callID, name, args string) (toolResult
 		if json.Unmarshal(sc.Bytes(), &l) != nil {
 			continue // a torn last line
 		}
-		if l.Type == lineToolResult && l.Step == step && l.CallID == callID && l.Tool == name {
-			found = &l
+		if l.Type == lineToolResult && l.Step == r.state.Step && l.CallID != "" {
+			out[l.CallID] = l
 		}
 	}
-	if found == nil {
+	return out
+}
+
+// recordedResult is the recorded result of a pending call, if any: running
+// it again would apply an edit twice, so it is adopted instead. File tools
+// report the path they touched.
+func (r *runner) recordedResult(callID, name, args string) (toolResult, bool) {
+	found, ok := r.recorded[callID]
+	if !ok || callID == "" || found.Tool != name {
 		return toolResult{}, false
 	}
 	res := toolResult{Content: found.Content, IsError: found.IsError}

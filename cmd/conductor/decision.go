@@ -188,6 +188,17 @@ func newDecisionShowCmd(d *deps) *cli.Command {
 	}
 }
 
+// kvTable is a two-column "key  value" table for people; row skips empty
+// values. Flush the writer when done.
+func kvTable(w io.Writer) (*tabwriter.Writer, func(k, v string)) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	return tw, func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+}
+
 func decisionShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 	s, err := d.openStore(c)
 	if err != nil {
@@ -200,12 +211,7 @@ func decisionShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 	if asJSON {
 		return decisionWriteJSON(d.Stdout, v)
 	}
-	tw := tabwriter.NewWriter(d.Stdout, 0, 4, 2, ' ', 0)
-	row := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
-		}
-	}
+	tw, row := kvTable(d.Stdout)
 	row("id", v.ID)
 	row("kind", v.Kind)
 	row("state", decisionState(v))

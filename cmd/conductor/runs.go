@@ -131,12 +131,7 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 	if asJSON {
 		return decisionWriteJSON(d.Stdout, v)
 	}
-	tw := tabwriter.NewWriter(d.Stdout, 0, 4, 2, ' ', 0)
-	row := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
-		}
-	}
+	tw, row := kvTable(d.Stdout)
 	row("id", v.ID)
 	row("status", busDash(v.Status))
 	row("task", v.TaskID)

@@ -93,6 +93,20 @@ func all[T any](ctx context.Context, q querier, scan func(scanner) (T, error), q
 	return out, r.Err()
 }
 
+// readByID runs get in a read transaction; ErrNotFound passes through as it
+// is, other errors are wrapped with what (a format taking the id).
+func readByID[T any](ctx context.Context, s *sqlStore, get func(context.Context, querier, string) (T, error), id, what string) (T, error) {
+	var v T
+	err := s.read(ctx, func(q querier) (err error) {
+		v, err = get(ctx, q, id)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		err = fmt.Errorf(what+": %w", id, err)
+	}
+	return v, err
+}
+
 // retryBudget bounds how long a write keeps retrying transient lock errors
 // (on top of each attempt's own busy wait).
 const retryBudget = 2 * time.Minute
@@ -513,19 +527,7 @@ func getDecision(ctx context.Context, q querier, id string) (Decision, error) {
 }
 
 func (s *sqlStore) GetDecision(ctx context.Context, id string) (Decision, error) {
-	var d Decision
-	err := s.read(ctx, func(q querier) error {
-		var err error
-		d, err = getDecision(ctx, q, id)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return Decision{}, err
-		}
-		return Decision{}, fmt.Errorf("get decision %s: %w", id, err)
-	}
-	return d, nil
+	return readByID(ctx, s, getDecision, id, "get decision %s")
 }
 
 func (s *sqlStore) ResolveDecision(ctx context.Context, id, option, by string) (Decision, error) {
@@ -655,19 +657,7 @@ func getLanding(ctx context.Context, q querier, id string) (Landing, error) {
 }
 
 func (s *sqlStore) GetLanding(ctx context.Context, decisionID string) (Landing, error) {
-	var l Landing
-	err := s.read(ctx, func(q querier) error {
-		var err error
-		l, err = getLanding(ctx, q, decisionID)
-		return err
-	})
-	if err != nil {
-		if errors.Is(err, ErrNotFound) {
-			return Landing{}, err
-		}
-		return Landing{}, fmt.Errorf("get landing of %s: %w", decisionID, err)
-	}
-	return l, nil
+	return readByID(ctx, s, getLanding, decisionID, "get landing of %s")
 }
 
 // ---- notes ----
