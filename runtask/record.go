@@ -247,13 +247,3 @@ func (s *sessionState) save(dir string) error {
 	}
 	return runrec.WriteFileAtomic(filepath.Join(dir, "state.json"), b, 0o600)
 }
-
-// terminal reports whether a status ends a run for good (the session may
-// continue only with a follow-up); cancelled and drift runs are resumable.
-func terminal(status string) bool {
-	switch status {
-	case runrec.StatusSucceeded, runrec.StatusFailed, runrec.StatusTimeout, runrec.StatusBudget, runrec.StatusStuck:
-		return true
-	}
-	return false
-}

@@ -111,7 +111,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 		}
 		opts.Task = t
 	}
-	if terminal(prev.Status) {
+	if runrec.Final(prev.Status) {
 		return prev, nil
 	}
 	opts.RunID = runID
@@ -231,7 +231,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).
 	if r.opts.RunID != "" {
-		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && terminal(prev.Status) {
+		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && runrec.Final(prev.Status) {
 			return prev, nil
 		}
 	}
@@ -263,7 +263,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	t := r.task
 	if resumeID != "" {
 		if st != nil && st.RunID == resumeID {
-			if terminal(st.Status) {
+			if runrec.Final(st.Status) {
 				return modeFinished, nil
 			}
 			return modeContinue, nil
@@ -272,7 +272,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 		if err != nil {
 			return 0, err
 		}
-		if st != nil && !terminal(st.Status) {
+		if st != nil && !runrec.Final(st.Status) {
 			return 0, fmt.Errorf("resume %s: session %s has another unfinished run %s", resumeID, t.Session, st.RunID)
 		}
 		r.state = cp
@@ -289,7 +289,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 		return 0, policy.Refusef("session-repo-mismatch", "use a new session name for another repository",
 			"session %s/%s belongs to repository %s, not %s", t.Workspace, t.Session, st.Repo, r.repo.CommonDir())
 	}
-	if !terminal(st.Status) {
+	if !runrec.Final(st.Status) {
 		if r.opts.RunID != "" && r.opts.RunID != st.RunID {
 			return 0, policy.Refusef("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
 				"session %s/%s has an unfinished run %s", t.Workspace, t.Session, st.RunID)

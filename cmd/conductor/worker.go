@@ -127,7 +127,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	if err != nil && !errors.Is(err, bus.ErrNotFound) {
 		return err
 	}
-	if known && isFinal(prev.Status) {
+	if known && runrec.Final(prev.Status) {
 		log.Info("run already finished; acknowledging without running", "status", prev.Status)
 		return nil
 	}
@@ -151,7 +151,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		lctx, stopRefresh := context.WithCancel(ctx)
 		defer stopRefresh()
 		go keepRefreshed(lctx, refresh, ttl/3)
-		if prev, err := w.store.GetRun(ctx, job.RunID); err == nil && isFinal(prev.Status) {
+		if prev, err := w.store.GetRun(ctx, job.RunID); err == nil && runrec.Final(prev.Status) {
 			log.Info("run finished meanwhile; acknowledging", "status", prev.Status)
 			return nil
 		}
@@ -263,14 +263,6 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 		return "", fmt.Errorf("draft PR: %w", err)
 	}
 	return pr.PR.URL, nil
-}
-
-func isFinal(status string) bool {
-	switch status {
-	case runrec.StatusSucceeded, runrec.StatusFailed, runrec.StatusTimeout, runrec.StatusBudget, runrec.StatusStuck:
-		return true
-	}
-	return false
 }
 
 func isStopped(stop <-chan struct{}) bool {

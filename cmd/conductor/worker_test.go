@@ -206,7 +206,7 @@ func finishedRuns(t *testing.T, home string) map[string]string {
 	dirs, _ := filepath.Glob(filepath.Join(home, "data", "runs", "*"))
 	for _, d := range dirs {
 		res, err := runrec.Dir(d).ReadResult()
-		if err != nil || !isFinal(res.Status) {
+		if err != nil || !runrec.Final(res.Status) {
 			continue
 		}
 		out[res.RunID] = res.Status

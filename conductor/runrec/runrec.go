@@ -38,6 +38,17 @@ const (
 	StatusCancelled = "cancelled"
 )
 
+// Final reports whether a status ends a run for good (the session may
+// continue only with a follow-up); running, cancelled and drift runs are
+// resumable.
+func Final(status string) bool {
+	switch status {
+	case StatusSucceeded, StatusFailed, StatusTimeout, StatusBudget, StatusStuck:
+		return true
+	}
+	return false
+}
+
 // Result is result.json: the receipt of one run.
 type Result struct {
 	RunID            string    `json:"runId"`
