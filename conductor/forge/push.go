@@ -104,15 +104,15 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 			msg = strings.TrimSpace(string(ge.Stderr) + "\n" + string(ge.Stdout))
 		}
 		msg = red.String(msg)
-		if strings.Contains(msg, "401") || strings.Contains(msg, "Authentication failed") || strings.Contains(msg, "could not read Username") {
+		switch pushFailure(msg) {
+		case "rejected":
+			return res, fmt.Errorf("push %s to %s: rejected: the remote branch has commits this one does not (not a fast-forward); fetch and integrate, or --force to replace it", branch, redactURL(pushURL))
+		case "unauthorized":
 			why := "the forge rejected the token"
 			if p.credentialEnv(pushURL) == nil {
 				why = "the remote wants a credential and none is given for it (only the forge's own URL gets the token)"
 			}
 			return res, fmt.Errorf("push %s to %s: %w: %s: %s", branch, redactURL(pushURL), ErrUnauthorized, why, lastLine(msg))
-		}
-		if strings.Contains(msg, "[rejected]") || strings.Contains(msg, "non-fast-forward") || strings.Contains(msg, "fetch first") {
-			return res, fmt.Errorf("push %s to %s: rejected: the remote branch has commits this one does not (not a fast-forward); fetch and integrate, or --force to replace it", branch, redactURL(pushURL))
 		}
 		return res, fmt.Errorf("push %s to %s: %s", branch, redactURL(pushURL), dropHints(msg))
 	}
@@ -123,6 +123,20 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 		}
 	}
 	return res, nil
+}
+
+// pushFailure names what git's push output says went wrong: "rejected" (not
+// a fast-forward), "unauthorized", or "" for anything else. A rejection is
+// looked for first and an HTTP status only in git's own phrasing, because
+// the output also names paths and URLs whose digits may spell "401".
+func pushFailure(msg string) string {
+	switch {
+	case strings.Contains(msg, "[rejected]") || strings.Contains(msg, "non-fast-forward") || strings.Contains(msg, "fetch first"):
+		return "rejected"
+	case strings.Contains(msg, "returned error: 401") || strings.Contains(msg, "Authentication failed") || strings.Contains(msg, "could not read Username"):
+		return "unauthorized"
+	}
+	return ""
 }
 
 // checkBranchName rejects names git would not accept as a branch.
