@@ -116,7 +116,7 @@ func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
 	if len(c.Parents) > 0 {
 		parent = c.Parents[0]
 	}
-	if rep.PatchID, err = bindingPatchID(ctx, g, parent, c.OID); err != nil {
+	if rep.PatchID, err = patch.DiffTrees(ctx, g, parent, c.OID, io.Discard); err != nil {
 		return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
 	check := func(name, want, got string) {

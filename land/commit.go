@@ -7,10 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/patch"
 )
 
 // NotesRef holds the landing receipts.
@@ -110,52 +110,46 @@ func (l *lander) receipt(pid string, gate []GateResult) Receipt {
 func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT, out *Outcome) (string, error) {
 	o := l.o
 	now := o.Now()
-	committer := []string{"GIT_COMMITTER_NAME=" + o.Committer.Name, "GIT_COMMITTER_EMAIL=" + o.Committer.Email,
-		fmt.Sprintf("GIT_COMMITTER_DATE=@%d %s", now.Unix(), now.Format("-0700"))}
+	committer, err := ident{Name: o.Committer.Name, Email: o.Committer.Email,
+		Date: fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))}.line()
+	if err != nil {
+		return "", fmt.Errorf("committer: %w", err)
+	}
+	author, err := l.approved.Author.line()
+	if err != nil {
+		return "", fmt.Errorf("author of %s: %w", short(l.approved.OID), err)
+	}
 	note, err := json.MarshalIndent(l.receipt(out.PatchID, out.Gate), "", "  ")
 	if err != nil {
 		return "", err
 	}
+	landed := newObject("commit", []byte("tree "+tree+"\nparent "+tip+"\nauthor "+author+"\ncommitter "+committer+"\n\n"+msg))
+	blob := newObject("blob", append(note, '\n'))
 	// The notes ref is shared by every target of the repository.
 	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
 	if err != nil {
 		return "", err
 	}
 	defer nlock.release()
-	ng := l.g.WithEnv(committer...).WithEnv("GIT_AUTHOR_NAME="+o.Committer.Name, "GIT_AUTHOR_EMAIL="+o.Committer.Email,
-		"GIT_AUTHOR_DATE="+strings.TrimPrefix(committer[2], "GIT_COMMITTER_DATE="))
-	// The commit and the note's objects are written side by side.
-	type made struct {
-		commit string
-		err    error
-	}
-	mc := make(chan made, 1)
-	go func() {
-		cg := l.g.WithEnv(l.approved.Author.env("GIT_AUTHOR")...).WithEnv(committer...)
-		b, err := cg.RunInput(ctx, strings.NewReader(msg), "commit-tree", tree, "-p", tip)
-		mc <- made{strings.TrimSpace(string(b)), err}
-	}()
-	np, nerr := l.prepareNote(ctx, ng, append(note, '\n'))
-	m := <-mc
-	if m.err != nil {
-		return "", m.err
-	}
-	if nerr != nil {
-		return "", fmt.Errorf("receipt note: %w", nerr)
-	}
-	newCommit := m.commit
-	o.Fault("commit")
 	for try := 0; ; try++ {
-		notesOld, notesNew, err := np.commit(ctx, ng, newCommit)
+		notesOld, notes, err := l.noteObjects(landed.oid, blob.oid, committer)
 		if err != nil {
 			return "", fmt.Errorf("receipt note: %w", err)
 		}
-		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, newCommit, tip, NotesRef, notesNew, firstNonEmpty(notesOld, zeroOID))
+		// Every object is in the store before a ref points at it.
+		if err := writeObjects(l.g.GitDir, append([]looseObject{landed, blob}, notes...)...); err != nil {
+			return "", err
+		}
+		if try == 0 {
+			o.Fault("commit")
+		}
+		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, landed.oid, tip,
+			NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
 		_, err = l.g.RunInput(ctx, strings.NewReader(tx), "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
 		if err == nil {
 			break
 		}
-		objs, lerr := lookup(ctx, l.g, l.ref, NotesRef)
+		objs, lerr := l.lookup(l.ref, NotesRef)
 		if lerr != nil {
 			return "", fmt.Errorf("move %s: %w", l.target, err)
 		}
@@ -163,26 +157,21 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 			return "", nil // the target moved: the caller retries once
 		}
 		if objs[1].OID != notesOld && try < 3 {
-			// Someone else wrote a note (outside conductor's lock): rebuild
-			// the notes commit on top of theirs.
-			if np, err = l.prepareNote(ctx, ng, append(note, '\n')); err != nil {
-				return "", fmt.Errorf("receipt note: %w", err)
-			}
-			continue
+			continue // someone else wrote a note (outside conductor's lock): build on it
 		}
 		return "", fmt.Errorf("move %s: %w", l.target, err)
 	}
 	nlock.release()
 	o.Fault("update-ref")
-	out.Commit = newCommit
+	out.Commit = landed.oid
 	out.Status = StatusLanded
 	if wt != nil {
-		if err := wt.sync(ctx, tip, newCommit); err != nil {
+		if err := wt.sync(ctx, tip, landed.oid); err != nil {
 			out.Warning = fmt.Sprintf("landed, but the worktree %s (which has %s checked out) could not follow: %v; run `git -C %s read-tree -m -u %s %s`",
-				wt.path, l.target, err, wt.path, short(tip), short(newCommit))
+				wt.path, l.target, err, wt.path, short(tip), short(landed.oid))
 		}
 	}
-	if err := l.record(ctx, newCommit, out.PatchID, gateSummary(out.Gate)); err != nil {
+	if err := l.record(ctx, landed.oid, out.PatchID, gateSummary(out.Gate)); err != nil {
 		return "", err
 	}
 	o.Fault("record")
@@ -222,63 +211,42 @@ func gateSummary(rs []GateResult) string {
 	return "passed: " + strings.Join(parts, "; ")
 }
 
-// notePrep is a receipt note ready to be committed onto the notes ref.
-type notePrep struct {
-	old     string // the notes ref's value ("" when absent)
-	blob    string
-	listing []byte // ls-tree -z of the notes tree
-}
-
-// prepareNote writes the note's blob and reads the current notes tree.
-func (l *lander) prepareNote(ctx context.Context, g patch.Git, note []byte) (notePrep, error) {
-	var np notePrep
-	objs, err := lookup(ctx, l.g, NotesRef)
+// noteObjects builds the notes tree and commit that add the note blob to
+// commit on top of the notes ref's current value, and returns that value
+// ("" when absent) and the two objects, the commit last. who is the ident
+// of their author and committer.
+func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, error) {
+	cur, err := l.cat.get(NotesRef + "^{commit}")
 	if err != nil {
-		return np, err
+		return "", nil, err
 	}
-	np.old = objs[0].OID
-	blob, err := g.RunInput(ctx, bytes.NewReader(note), "hash-object", "-w", "--stdin")
-	if err != nil {
-		return np, err
-	}
-	np.blob = strings.TrimSpace(string(blob))
-	if np.old != "" {
-		if np.listing, err = g.Run(ctx, "ls-tree", "-z", np.old); err != nil {
-			return np, err
+	var entries []treeEntry
+	if cur.OID != "" {
+		c, err := parseCommit(cur.OID, cur.Content)
+		if err != nil {
+			return "", nil, err
+		}
+		t, err := l.cat.get(c.Tree)
+		if err != nil {
+			return "", nil, err
+		}
+		if entries, err = parseTree(t.Content); err != nil {
+			return "", nil, fmt.Errorf("notes tree %s: %w", c.Tree, err)
 		}
 	}
-	return np, nil
-}
-
-// commit builds (without moving any ref) the notes commit that adds the
-// note to commit on top of the notes ref's current value and returns that
-// value and the new notes commit.
-func (np notePrep) commit(ctx context.Context, g patch.Git, commit string) (string, string, error) {
-	var in bytes.Buffer
-	for _, e := range bytes.Split(np.listing, []byte{0}) {
-		if len(e) == 0 {
-			continue
-		}
-		if i := bytes.IndexByte(e, '\t'); i >= 0 && string(e[i+1:]) == commit {
-			continue
-		}
-		in.Write(e)
-		in.WriteByte(0)
-	}
-	fmt.Fprintf(&in, "100644 blob %s\t%s\x00", np.blob, commit)
-	tree, err := g.RunInput(ctx, &in, "mktree", "-z")
+	entries = slices.DeleteFunc(entries, func(e treeEntry) bool { return e.Name == commit })
+	entries = append(entries, treeEntry{Mode: "100644", Name: commit, OID: blob})
+	raw, err := encodeTree(entries)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
-	args := []string{"commit-tree", strings.TrimSpace(string(tree)), "-m", "Notes added by 'conductor land'"}
-	if np.old != "" {
-		args = append(args, "-p", np.old)
+	tree := newObject("tree", raw)
+	body := "tree " + tree.oid + "\n"
+	if cur.OID != "" {
+		body += "parent " + cur.OID + "\n"
 	}
-	nc, err := g.Line(ctx, args...)
-	if err != nil {
-		return "", "", err
-	}
-	return np.old, nc, nil
+	body += "author " + who + "\ncommitter " + who + "\n\nNotes added by 'conductor land'\n"
+	return cur.OID, []looseObject{tree, newObject("commit", []byte(body))}, nil
 }
 
 // findLanded looks for a commit carrying this decision's Decision-Id trailer

@@ -10,9 +10,7 @@
 // # Steps
 //
 // Run reads the decision (decision-not-found, decision-not-resolved,
-// decision-not-merge), reports an existing landing (store row, or a
-// Decision-Id trailer on the target's history since the merge base — the
-// latter also completes a landing killed before its store row), then checks
+// decision-not-merge), reports an existing landing (store row), then checks
 // that the latest verdict on the work ref approves exactly the raised commit
 // (no-approval, verdict-stale) and that the work ref is still there
 // (work-ref-moved). Then, from the target tip: the landing policy on the
@@ -21,10 +19,23 @@
 // the binding patch-id of the canonical diff from the tip to the squashed
 // tree, compared with the verdict's (patch-id-mismatch); a worktree that has
 // the target checked out must be able to follow (target-checked-out-dirty);
-// the gate (gate-failed). Then one commit-tree and one atomic ref transaction
-// moving the target (compare-and-swap from the tip) and the receipt note. A
-// target that moved is retried once from the new tip, then target-moved.
-// docs/refusals.md lists every code.
+// the gate (gate-failed). Then the commit and the receipt note's objects are
+// written (in process, as git writes loose objects: zlib, fsync, rename) and
+// one atomic ref transaction moves the target (compare-and-swap from the
+// tip) and the notes ref. A target that moved is retried once from the new
+// tip, then target-moved. docs/refusals.md lists every code.
+//
+// A landing killed after its ref transaction but before its store row is
+// refused like any change already on the target (its squash is empty), so
+// before any refusal Run looks for the decision's Decision-Id trailer on the
+// target's history since the merge base, and when it is there completes the
+// store row and reports the landing instead.
+//
+// One `git cat-file --batch` process answers every ref and object read of a
+// landing; the squash (merge-tree, then its patch-id) runs beside the merge
+// base and the policy diff, the two canonical diffs share one neutral git
+// dir, and the policy reads the tip's tree through cat-file: about six git
+// processes in all, the by-hand floor runs three.
 //
 // # No checkout unless the gate needs files
 //
@@ -68,7 +79,8 @@
 //
 // # What a dry run or refusal may leave
 //
-// merge-tree writes the merged tree's objects into the object store; they
-// are unreferenced and `git gc` prunes them. Nothing else: no ref, no
+// merge-tree writes the merged tree's objects into the object store (and a
+// target that moves at the last moment leaves the commit's and the note's);
+// they are unreferenced and `git gc` prunes them. Nothing else: no ref, no
 // reflog entry, no store row, no worktree, no temporary index.
 package land

@@ -212,6 +212,8 @@ type lander struct {
 	workRef  string
 	approved commit
 	bases    map[string]string // merge base of each tip with the approved commit
+	cat      *batch            // the landing's one cat-file process
+	diff     *patch.TreeDiffer // the landing's canonical diffs
 	dataDir  string            // DataRoot/land/<key>
 	key      string
 }
@@ -318,7 +320,18 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(ld), nil
 	}
-	objs, err := lookup(ctx, l.g, l.ref+"^{commit}", l.workRef+"^{commit}", d.Commit+"^{commit}")
+	cat, err := openBatch(ctx, l.g)
+	if err != nil {
+		return out, err
+	}
+	defer cat.close()
+	l.cat = cat
+	// Made while cat-file starts.
+	if l.diff, err = patch.NewTreeDiffer(l.g); err != nil {
+		return out, err
+	}
+	defer l.diff.Close()
+	objs, err := l.lookup(l.ref+"^{commit}", l.workRef+"^{commit}", d.Commit+"^{commit}")
 	if err != nil {
 		return out, err
 	}
@@ -332,14 +345,27 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		if l.approved, err = parseCommit(apprObj.OID, apprObj.Content); err != nil {
 			return out, err
 		}
-		// Idempotency and crash recovery: the trailer on the target's history.
-		if c, found, err := l.findLanded(ctx, tipObj.OID); err != nil {
-			return out, err
-		} else if found {
-			return l.recover(ctx, c)
+	}
+	out, err = l.landFrom(ctx, tipObj, workObj, apprObj)
+	var rf *policy.Refusal
+	if errors.As(err, &rf) && l.approved.OID != "" {
+		// Idempotency and crash recovery: a landing killed after moving the
+		// target but before its store row is refused like any change that
+		// is already there (its squash is empty). Before refusing, look for
+		// it on the target's history.
+		if tip, terr := l.cat.get(l.ref + "^{commit}"); terr == nil {
+			if c, found, ferr := l.findLanded(ctx, tip.OID); ferr == nil && found {
+				return l.recover(ctx, c)
+			}
 		}
 	}
+	return out, err
+}
 
+// landFrom runs steps 2–8 from the objects land read first.
+func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) (Outcome, error) {
+	o, d := l.o, l.d
+	out := Outcome{Target: l.target}
 	// 2. The latest verdict approves exactly the raised commit.
 	v, err := l.latestVerdict(ctx)
 	if errors.Is(err, bus.ErrNotFound) {
@@ -401,11 +427,11 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 			return out, err
 		}
 		// The target moved under us.
-		objs, err := lookup(ctx, l.g, l.ref+"^{commit}")
+		tipObj, err := l.cat.get(l.ref + "^{commit}")
 		if err != nil {
 			return out, err
 		}
-		newTip := objs[0].OID
+		newTip := tipObj.OID
 		if c, found, err := l.findLanded(ctx, newTip); err != nil {
 			return out, err
 		} else if found {
@@ -440,17 +466,13 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if err := o.Rules.TargetAllowed(l.target); err != nil {
 		return "", err
 	}
-	base, err := l.mergeBase(ctx, tip)
+	tipTree, err := l.cat.get(tip + "^{tree}")
 	if err != nil {
 		return "", err
 	}
-	if base == "" {
-		return "", policy.Refuse("conflict",
-			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
-			"rebase the work onto the target and review again")
-	}
-	// The squash and its patch-id run while the policy is checked: both
-	// only read (merge-tree writes unreferenced objects at most).
+	// The squash and its patch-id run beside the merge base, the policy
+	// diff and the policy: all only read (merge-tree writes unreferenced
+	// objects at most).
 	type squashed struct {
 		tree, pid string
 		err       error
@@ -470,13 +492,22 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 			sq <- squashed{err: err}
 			return
 		}
-		pid, err := bindingPatchID(sctx, l.g, tip, tree)
+		pid, err := l.bindingPatchID(sctx, tipTree.OID, tree)
 		if err != nil {
 			err = fmt.Errorf("patch-id of the squash: %w", err)
 		}
 		sq <- squashed{tree: tree, pid: pid, err: err}
 	}()
 
+	base, err := l.mergeBase(ctx, tip)
+	if err != nil {
+		return "", err
+	}
+	if base == "" {
+		return "", policy.Refuse("conflict",
+			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
+			"rebase the work onto the target and review again")
+	}
 	changes, err := l.changes(ctx, base, l.approved.OID)
 	if err != nil {
 		return "", err
@@ -485,7 +516,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	for _, c := range changes {
 		out.Files = append(out.Files, c.Path)
 	}
-	exists, err := l.existsAt(ctx, tip)
+	exists, err := l.existsAt(tipTree)
 	if err != nil {
 		return "", err
 	}

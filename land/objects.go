@@ -3,11 +3,20 @@ package land
 import (
 	"bufio"
 	"bytes"
+	"compress/zlib"
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	gitobject "github.com/go-git/go-git/v5/plumbing/object"
@@ -26,47 +35,235 @@ type object struct {
 	Content []byte
 }
 
-// lookup resolves names (refs, ids) in one git process and returns their
-// object ids, types and contents, in order. Missing names have OID "".
-func lookup(ctx context.Context, g patch.Git, names ...string) ([]object, error) {
-	var in bytes.Buffer
-	for _, n := range names {
-		if n == "" || strings.ContainsAny(n, "\n\r") {
-			return nil, fmt.Errorf("lookup: bad object name %q", n)
-		}
-		in.WriteString(n)
-		in.WriteByte('\n')
+// batch is one long-lived `git cat-file --batch`: every name asked is
+// resolved when it is asked (a ref read twice can give two answers), so one
+// process serves a whole landing. Safe for concurrent use.
+type batch struct {
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+	errb bytes.Buffer
+	err  error // sticky: the process is unusable after a failed read
+}
+
+func openBatch(ctx context.Context, g patch.Git) (*batch, error) {
+	b := &batch{cmd: g.Command(ctx, "cat-file", "--batch")}
+	b.cmd.Stderr = &b.errb
+	var err error
+	if b.in, err = b.cmd.StdinPipe(); err != nil {
+		return nil, err
 	}
-	out, err := g.RunInput(ctx, &in, "cat-file", "--batch")
+	stdout, err := b.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
 	}
-	r := bufio.NewReader(bytes.NewReader(out))
+	if err := b.cmd.Start(); err != nil {
+		return nil, &patch.GitError{Args: []string{"cat-file", "--batch"}, Err: err}
+	}
+	b.out = bufio.NewReaderSize(stdout, 64<<10)
+	return b, nil
+}
+
+// get resolves name (a ref, an id, "rev^{commit}", "rev:path") and returns
+// its object; OID is "" when it does not exist.
+func (b *batch) get(name string) (object, error) {
+	if name == "" || strings.ContainsAny(name, "\n\r") {
+		return object{}, fmt.Errorf("lookup: bad object name %q", name)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return object{}, b.err
+	}
+	obj, err := b.ask(name)
+	if err != nil {
+		b.err = fmt.Errorf("lookup %s: %w (git: %s)", name, err, strings.TrimSpace(b.errb.String()))
+		return object{}, b.err
+	}
+	return obj, nil
+}
+
+func (b *batch) ask(name string) (object, error) {
+	if _, err := io.WriteString(b.in, name+"\n"); err != nil {
+		return object{}, err
+	}
+	line, err := b.out.ReadString('\n')
+	if err != nil {
+		return object{}, fmt.Errorf("short cat-file output: %w", err)
+	}
+	f := strings.Fields(line)
+	if len(f) == 2 && (f[1] == "missing" || f[1] == "ambiguous") {
+		return object{Name: name}, nil
+	}
+	if len(f) != 3 {
+		return object{}, fmt.Errorf("unexpected cat-file output %q", line)
+	}
+	size, err := strconv.Atoi(f[2])
+	if err != nil || size < 0 {
+		return object{}, fmt.Errorf("bad size in %q", line)
+	}
+	body := make([]byte, size+1)
+	if _, err := io.ReadFull(b.out, body); err != nil {
+		return object{}, fmt.Errorf("short object: %w", err)
+	}
+	return object{Name: name, OID: f[0], Type: f[1], Content: body[:size]}, nil
+}
+
+// close ends the process and waits for it.
+func (b *batch) close() {
+	if b == nil {
+		return
+	}
+	b.in.Close()
+	b.cmd.Wait()
+}
+
+// getAll resolves names in order.
+func (b *batch) getAll(names ...string) ([]object, error) {
 	objs := make([]object, 0, len(names))
 	for _, n := range names {
-		line, err := r.ReadString('\n')
+		o, err := b.get(n)
 		if err != nil {
-			return nil, fmt.Errorf("lookup %s: short cat-file output", n)
+			return nil, err
 		}
-		f := strings.Fields(line)
-		if len(f) == 2 && (f[1] == "missing" || f[1] == "ambiguous") {
-			objs = append(objs, object{Name: n})
-			continue
-		}
-		if len(f) != 3 {
-			return nil, fmt.Errorf("lookup %s: unexpected cat-file output %q", n, line)
-		}
-		size, err := strconv.Atoi(f[2])
-		if err != nil {
-			return nil, fmt.Errorf("lookup %s: bad size in %q", n, line)
-		}
-		body := make([]byte, size+1)
-		if _, err := io.ReadFull(r, body); err != nil {
-			return nil, fmt.Errorf("lookup %s: short object: %w", n, err)
-		}
-		objs = append(objs, object{Name: n, OID: f[0], Type: f[1], Content: body[:size]})
+		objs = append(objs, o)
 	}
 	return objs, nil
+}
+
+// lookup resolves names through the landing's cat-file process.
+func (l *lander) lookup(names ...string) ([]object, error) { return l.cat.getAll(names...) }
+
+// lookup resolves names in a git process of its own and returns their
+// objects in order. Missing names have OID "".
+func lookup(ctx context.Context, g patch.Git, names ...string) ([]object, error) {
+	b, err := openBatch(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	defer b.close()
+	return b.getAll(names...)
+}
+
+// treeEntry is one entry of a tree object.
+type treeEntry struct {
+	Mode, Name, OID string
+}
+
+// parseTree decodes a raw tree object ("<mode> <name>\0<20-byte id>"...).
+func parseTree(raw []byte) ([]treeEntry, error) {
+	var es []treeEntry
+	for len(raw) > 0 {
+		sp := bytes.IndexByte(raw, ' ')
+		nul := bytes.IndexByte(raw, 0)
+		if sp <= 0 || nul < sp || len(raw) < nul+21 {
+			return nil, errors.New("malformed tree object")
+		}
+		es = append(es, treeEntry{Mode: string(raw[:sp]), Name: string(raw[sp+1 : nul]), OID: hex.EncodeToString(raw[nul+1 : nul+21])})
+		raw = raw[nul+21:]
+	}
+	return es, nil
+}
+
+// encodeTree encodes entries as a tree object, in git's order (a tree's
+// name sorts as if it ended in "/").
+func encodeTree(es []treeEntry) ([]byte, error) {
+	key := func(e treeEntry) string {
+		if e.Mode == "40000" || e.Mode == "040000" {
+			return e.Name + "/"
+		}
+		return e.Name
+	}
+	es = slices.Clone(es)
+	slices.SortFunc(es, func(a, b treeEntry) int { return strings.Compare(key(a), key(b)) })
+	var buf bytes.Buffer
+	for _, e := range es {
+		id, err := hex.DecodeString(e.OID)
+		if err != nil || len(id) != 20 || e.Name == "" || strings.ContainsAny(e.Name, "/\x00") {
+			return nil, fmt.Errorf("bad tree entry %q %q %q", e.Mode, e.Name, e.OID)
+		}
+		fmt.Fprintf(&buf, "%s %s\x00", strings.TrimPrefix(e.Mode, "0"), e.Name)
+		buf.Write(id)
+	}
+	return buf.Bytes(), nil
+}
+
+// zlibWriters keeps compressors (each allocates some hundred KB) for reuse.
+var zlibWriters = sync.Pool{New: func() any { return zlib.NewWriter(nil) }}
+
+// looseObject is an object built in memory, its id computed, not yet
+// written.
+type looseObject struct {
+	typ, oid string
+	content  []byte
+}
+
+func newObject(typ string, content []byte) looseObject {
+	h := sha1.New()
+	fmt.Fprintf(h, "%s %d\x00", typ, len(content))
+	h.Write(content)
+	return looseObject{typ: typ, oid: hex.EncodeToString(h.Sum(nil)), content: content}
+}
+
+// writeObjects writes objects into the repository's object store side by
+// side (file creation, not CPU, is what they cost) and returns once all
+// are there.
+func writeObjects(gitDir string, objs ...looseObject) error {
+	errs := make(chan error, len(objs))
+	for _, o := range objs {
+		go func() { errs <- o.write(gitDir) }()
+	}
+	var first error
+	for range objs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// write stores the object as a loose object the way git does (zlib, a
+// temporary file in the fan-out folder, fsync, then a rename; an object
+// already present is left alone). A ref may point at it only afterwards.
+func (o looseObject) write(gitDir string) error {
+	dir := filepath.Join(gitDir, "objects", o.oid[:2])
+	final := filepath.Join(dir, o.oid[2:])
+	if _, err := os.Lstat(final); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "tmp_obj_")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // a no-op once renamed
+	zw := zlibWriters.Get().(*zlib.Writer)
+	defer zlibWriters.Put(zw)
+	zw.Reset(f)
+	fmt.Fprintf(zw, "%s %d\x00", o.typ, len(o.content))
+	_, err = zw.Write(o.content)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(f.Name(), 0o444)
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), final)
+	}
+	if err != nil {
+		return fmt.Errorf("write %s object %s: %w", o.typ, o.oid, err)
+	}
+	return nil
 }
 
 // commit is the part of a commit object land reads.
@@ -83,8 +280,13 @@ type ident struct {
 	Name, Email, Date string
 }
 
-func (i ident) env(prefix string) []string {
-	return []string{prefix + "_NAME=" + i.Name, prefix + "_EMAIL=" + i.Email, prefix + "_DATE=@" + i.Date}
+// line renders the ident as a commit header value, refusing what git would
+// not write: an empty email, or '<', '>' or a line break in either part.
+func (i ident) line() (string, error) {
+	if i.Email == "" || strings.ContainsAny(i.Name+i.Email, "<>\n\x00") || i.Date == "" {
+		return "", fmt.Errorf("bad identity %q <%s>", i.Name, i.Email)
+	}
+	return i.Name + " <" + i.Email + "> " + i.Date, nil
 }
 
 func parseIdent(s string) (ident, bool) {

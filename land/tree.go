@@ -1,7 +1,6 @@
 package land
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -19,8 +18,8 @@ import (
 
 // bindingPatchID is the binding patch-id of the canonical diff from..to
 // ("" when the trees are equal).
-func bindingPatchID(ctx context.Context, g patch.Git, from, to string) (string, error) {
-	return patch.DiffTrees(ctx, g, from, to, io.Discard)
+func (l *lander) bindingPatchID(ctx context.Context, from, to string) (string, error) {
+	return l.diff.Diff(ctx, from, to, io.Discard)
 }
 
 // changes parses the canonical diff base..commit into policy changes.
@@ -28,7 +27,7 @@ func (l *lander) changes(ctx context.Context, base, commit string) ([]policy.Cha
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := patch.DiffTrees(ctx, l.g, base, commit, pw)
+		_, err := l.diff.Diff(ctx, base, commit, pw)
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -46,28 +45,26 @@ func (l *lander) changes(ctx context.Context, base, commit string) ([]policy.Cha
 	return cs, nil
 }
 
-// existsAt answers "does this path exist in tip's tree?" for the landing
-// policy. Top-level names come from one ls-tree; deeper paths are asked
-// one at a time and cached. An error answers "no", which can only make the
-// policy stricter.
-func (l *lander) existsAt(ctx context.Context, tip string) (func(string) bool, error) {
-	b, err := l.g.Run(ctx, "ls-tree", "-z", "--name-only", tip)
+// existsAt answers "does this path exist in the tip's tree?" for the
+// landing policy. Top-level names come from the root tree; deeper paths are
+// asked one at a time and cached. An error answers "no", which can only
+// make the policy stricter.
+func (l *lander) existsAt(root object) (func(string) bool, error) {
+	es, err := parseTree(root.Content)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("tree %s: %w", root.OID, err)
 	}
 	known := map[string]bool{}
-	for _, n := range bytes.Split(b, []byte{0}) {
-		if len(n) > 0 {
-			known[string(n)] = true
-		}
+	for _, e := range es {
+		known[e.Name] = true
 	}
 	return func(p string) bool {
 		p = strings.Trim(p, "/")
 		if v, ok := known[p]; ok || !strings.Contains(p, "/") {
 			return v
 		}
-		objs, err := lookup(ctx, l.g, tip+":"+p)
-		v := err == nil && objs[0].OID != ""
+		o, err := l.cat.get(root.OID + ":" + p)
+		v := err == nil && o.OID != ""
 		known[p] = v
 		return v
 	}, nil

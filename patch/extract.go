@@ -163,27 +163,69 @@ func seedIndex(ctx context.Context, n *neutralRepo, gitDir, baseTree string) boo
 // patch-id (empty when the trees are equal). Land uses it for the squash's
 // patch-id, review for a work commit.
 func DiffTrees(ctx context.Context, g Git, from, to string, w io.Writer) (string, error) {
-	fromTree, err := resolveTree(ctx, g, "from", from)
+	d, err := NewTreeDiffer(g)
 	if err != nil {
-		return "", fmt.Errorf("diff trees: %w", err)
+		return "", err
 	}
-	toTree, err := resolveTree(ctx, g, "to", to)
+	defer d.Close()
+	return d.Diff(ctx, from, to, w)
+}
+
+// TreeDiffer runs DiffTrees for one repository through one neutral git dir,
+// made once: for a caller that diffs several pairs (land). Diff may be
+// called concurrently; Close removes the git dir.
+type TreeDiffer struct {
+	repo Git
+	n    *neutralRepo
+}
+
+// NewTreeDiffer makes the neutral git dir the diffs run in.
+func NewTreeDiffer(repo Git) (*TreeDiffer, error) {
+	n, err := newNeutralRepo(repo, "")
 	if err != nil {
-		return "", fmt.Errorf("diff trees: %w", err)
+		return nil, fmt.Errorf("diff trees: %w", err)
+	}
+	return &TreeDiffer{repo: repo, n: n}, nil
+}
+
+// Close removes the neutral git dir.
+func (d *TreeDiffer) Close() { d.n.close() }
+
+// Diff is DiffTrees through d.
+func (d *TreeDiffer) Diff(ctx context.Context, from, to string, w io.Writer) (string, error) {
+	fromTree, toTree := from, to
+	// Full object ids (of commits or trees) go to diff-tree as they are;
+	// anything else is resolved and checked first.
+	if !IsObjectID(from) || !IsObjectID(to) {
+		var err error
+		if fromTree, err = resolveTree(ctx, d.repo, "from", from); err != nil {
+			return "", fmt.Errorf("diff trees: %w", err)
+		}
+		if toTree, err = resolveTree(ctx, d.repo, "to", to); err != nil {
+			return "", fmt.Errorf("diff trees: %w", err)
+		}
 	}
 	if fromTree == toTree {
 		return "", nil
 	}
-	n, err := newNeutralRepo(g, "")
-	if err != nil {
-		return "", fmt.Errorf("diff trees: %w", err)
-	}
-	defer n.close()
-	id, _, _, err := canonicalDiff(ctx, n.Git, fromTree, toTree, w, false)
+	id, _, _, err := canonicalDiff(ctx, d.n.Git, fromTree, toTree, w, false)
 	if err != nil {
 		return "", fmt.Errorf("diff trees %s..%s: %w", from, to, err)
 	}
 	return id, nil
+}
+
+// IsObjectID reports whether s is a full SHA-1 object id in lower-case hex.
+func IsObjectID(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	for _, c := range s {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // parseRawLine reads one line of `diff-tree --raw` output (without -z:
