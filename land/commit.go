@@ -216,7 +216,11 @@ func gateSummary(rs []GateResult) string {
 // ("" when absent) and the two objects, the commit last. who is the ident
 // of their author and committer.
 func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, error) {
-	cur, err := l.cat.get(NotesRef + "^{commit}")
+	name := NotesRef + "^{commit}"
+	if ids, err := readRefs(l.g.GitDir, NotesRef); err == nil && ids[0] != "" {
+		name = ids[0] + "^{commit}" // read in process: no cat-file needed when loose
+	}
+	cur, err := l.cat.get(name)
 	if err != nil {
 		return "", nil, err
 	}

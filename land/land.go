@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
@@ -211,11 +212,19 @@ type lander struct {
 	ref      string // refs/heads/<target>
 	workRef  string
 	approved commit
-	bases    map[string]string // merge base of each tip with the approved commit
-	cat      *batch            // the landing's one cat-file process
-	diff     *patch.TreeDiffer // the landing's canonical diffs
-	dataDir  string            // DataRoot/land/<key>
-	key      string
+	cat      *batch // the landing's one cat-file process
+
+	// Git work started early (speculate.go), waited for before returning.
+	bg     context.Context
+	wg     sync.WaitGroup
+	specMu sync.Mutex
+	specs  map[string]*speculation
+
+	diffReady chan struct{} // closed once diff (or diffErr) is set
+	diff      *patch.TreeDiffer
+	diffErr   error
+	dataDir   string // DataRoot/land/<key>
+	key       string
 }
 
 func run(ctx context.Context, o *Options) (Outcome, error) {
@@ -320,18 +329,32 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(ld), nil
 	}
-	cat, err := openBatch(ctx, l.g)
+	bg, cancel := context.WithCancel(ctx)
+	l.bg = bg
+	l.startDiffer()
+	defer func() {
+		cancel() // stops what a refusal left running
+		l.wg.Wait()
+		if d, err := l.differ(); err == nil {
+			d.Close()
+		}
+	}()
+	refs, err := readRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
 		return out, err
 	}
-	defer cat.close()
-	l.cat = cat
-	// Made while cat-file starts.
-	if l.diff, err = patch.NewTreeDiffer(l.g); err != nil {
-		return out, err
+	if refs[0] != "" && patch.IsObjectID(d.Commit) {
+		l.at(refs[0], d.Commit) // the squash of the likely case, early
 	}
-	defer l.diff.Close()
-	objs, err := l.lookup(l.ref+"^{commit}", l.workRef+"^{commit}", d.Commit+"^{commit}")
+	l.cat = newBatch(ctx, l.g)
+	defer l.cat.close()
+	names := []string{l.ref + "^{commit}", l.workRef + "^{commit}", d.Commit + "^{commit}"}
+	for i, id := range refs {
+		if id != "" {
+			names[i] = id + "^{commit}" // the value read above, not a second read
+		}
+	}
+	objs, err := l.lookup(names...)
 	if err != nil {
 		return out, err
 	}
@@ -471,44 +494,14 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		return "", err
 	}
 	// The squash and its patch-id run beside the merge base, the policy
-	// diff and the policy: all only read (merge-tree writes unreferenced
-	// objects at most).
-	type squashed struct {
-		tree, pid string
-		err       error
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	sq := make(chan squashed, 1)
-	received := false
-	defer func() {
-		cancel()
-		if !received {
-			<-sq // never return while its git processes and temp files live
-		}
-	}()
-	go func() {
-		tree, err := l.squash(sctx, tip)
-		if err != nil {
-			sq <- squashed{err: err}
-			return
-		}
-		pid, err := l.bindingPatchID(sctx, tipTree.OID, tree)
-		if err != nil {
-			err = fmt.Errorf("patch-id of the squash: %w", err)
-		}
-		sq <- squashed{tree: tree, pid: pid, err: err}
-	}()
-
-	base, err := l.mergeBase(ctx, tip)
-	if err != nil {
-		return "", err
-	}
-	if base == "" {
+	// diff and the policy (most likely started before the checks).
+	sp := l.at(tip, l.approved.OID)
+	changes, err := sp.policyChanges()
+	if errors.Is(err, patch.ErrNoMergeBase) {
 		return "", policy.Refuse("conflict",
 			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
 			"rebase the work onto the target and review again")
 	}
-	changes, err := l.changes(ctx, base, l.approved.OID)
 	if err != nil {
 		return "", err
 	}
@@ -526,8 +519,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	o.Fault("policy")
 
 	// 5. Squash onto the tip: a tree, no checkout.
-	res := <-sq
-	received = true
+	res := sp.squash()
 	if res.err != nil {
 		var rf *policy.Refusal
 		if errors.As(res.err, &rf) {
@@ -632,27 +624,6 @@ func firstNonEmpty(ss ...string) string {
 		}
 	}
 	return ""
-}
-
-// mergeBase returns (and caches) the merge base of tip and the approved
-// commit; "" when they share no history.
-func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
-	if b, ok := l.bases[tip]; ok {
-		return b, nil
-	}
-	b, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID)
-	if err != nil {
-		var ge *patch.GitError
-		if !errors.As(err, &ge) || len(ge.Stderr) != 0 {
-			return "", err
-		}
-		b = ""
-	}
-	if l.bases == nil {
-		l.bases = map[string]string{}
-	}
-	l.bases[tip] = b
-	return b, nil
 }
 
 // latestVerdict is the newest verdict on the work ref, whichever way it was

@@ -35,44 +35,61 @@ type object struct {
 	Content []byte
 }
 
-// batch is one long-lived `git cat-file --batch`: every name asked is
-// resolved when it is asked (a ref read twice can give two answers), so one
-// process serves a whole landing. Safe for concurrent use.
+// batch reads objects for a landing: loose objects (what a landing mostly
+// reads: recent commits, trees and notes) straight from the object store,
+// everything else — refs, packed objects, tags — through one long-lived `git
+// cat-file --batch`, started on first need. Names are resolved when asked (a
+// ref read twice can give two answers). Safe for concurrent use.
 type batch struct {
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	errb bytes.Buffer
-	err  error // sticky: the process is unusable after a failed read
+	mu      sync.Mutex
+	ctx     context.Context
+	g       patch.Git
+	objects string // the object store
+	cmd     *exec.Cmd
+	in      io.WriteCloser
+	out     *bufio.Reader
+	errb    bytes.Buffer
+	err     error // sticky: the process is unusable after a failed read
 }
 
-func openBatch(ctx context.Context, g patch.Git) (*batch, error) {
-	b := &batch{cmd: g.Command(ctx, "cat-file", "--batch")}
+func newBatch(ctx context.Context, g patch.Git) *batch {
+	return &batch{ctx: ctx, g: g, objects: filepath.Join(g.CommonDir(), "objects")}
+}
+
+// start starts cat-file; b.mu is held.
+func (b *batch) start() error {
+	b.cmd = b.g.Command(b.ctx, "cat-file", "--batch")
 	b.cmd.Stderr = &b.errb
 	var err error
 	if b.in, err = b.cmd.StdinPipe(); err != nil {
-		return nil, err
+		return err
 	}
 	stdout, err := b.cmd.StdoutPipe()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := b.cmd.Start(); err != nil {
-		return nil, &patch.GitError{Args: []string{"cat-file", "--batch"}, Err: err}
+		b.cmd = nil
+		return &patch.GitError{Args: []string{"cat-file", "--batch"}, Err: err}
 	}
 	b.out = bufio.NewReaderSize(stdout, 64<<10)
-	return b, nil
+	return nil
 }
 
-// get resolves name (a ref, an id, "rev^{commit}", "rev:path") and returns
-// its object; OID is "" when it does not exist.
+// get resolves name (a ref, an id, "rev^{commit}", "rev^{tree}",
+// "rev:path") and returns its object; OID is "" when it does not exist.
 func (b *batch) get(name string) (object, error) {
 	if name == "" || strings.ContainsAny(name, "\n\r") {
 		return object{}, fmt.Errorf("lookup: bad object name %q", name)
 	}
+	if o, ok := b.loose(name); ok {
+		return o, nil
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.err == nil && b.cmd == nil {
+		b.err = b.start()
+	}
 	if b.err != nil {
 		return object{}, b.err
 	}
@@ -82,6 +99,88 @@ func (b *batch) get(name string) (object, error) {
 		return object{}, b.err
 	}
 	return obj, nil
+}
+
+// loose answers "<id>", "<id>^{commit}", "<id>^{tree}" and "<id>:<path>"
+// from loose objects; ok is false when cat-file must answer (another form,
+// a packed or missing object, a tag to peel).
+func (b *batch) loose(name string) (object, bool) {
+	id, rest := name, ""
+	if len(name) > 40 {
+		id, rest = name[:40], name[40:]
+	}
+	if !patch.IsObjectID(id) {
+		return object{}, false
+	}
+	o, ok := b.readLoose(id)
+	if !ok {
+		return object{}, false
+	}
+	o.Name = name
+	switch {
+	case rest == "":
+		return o, true
+	case rest == "^{commit}":
+		return o, o.Type == "commit"
+	case rest == "^{tree}" && o.Type == "tree":
+		return o, true
+	case rest == "^{tree}" && o.Type == "commit":
+		c, err := parseCommit(o.OID, o.Content)
+		if err != nil {
+			return object{}, false
+		}
+		t, ok := b.readLoose(c.Tree)
+		t.Name = name
+		return t, ok && t.Type == "tree"
+	case strings.HasPrefix(rest, ":") && len(rest) > 1 && o.Type == "tree":
+		for _, part := range strings.Split(rest[1:], "/") {
+			if o.Type != "tree" {
+				return object{}, false
+			}
+			es, err := parseTree(o.Content)
+			if err != nil {
+				return object{}, false
+			}
+			i := slices.IndexFunc(es, func(e treeEntry) bool { return e.Name == part })
+			if i < 0 {
+				return object{Name: name}, true // not in the tree
+			}
+			if o, ok = b.readLoose(es[i].OID); !ok {
+				return object{}, false
+			}
+		}
+		o.Name = name
+		return o, true
+	}
+	return object{}, false
+}
+
+// readLoose reads a loose object; false when it is not loose (or damaged:
+// cat-file then says what is wrong).
+func (b *batch) readLoose(id string) (object, bool) {
+	f, err := os.Open(filepath.Join(b.objects, id[:2], id[2:]))
+	if err != nil {
+		return object{}, false
+	}
+	defer f.Close()
+	zr, err := zlib.NewReader(bufio.NewReader(f))
+	if err != nil {
+		return object{}, false
+	}
+	defer zr.Close()
+	raw, err := io.ReadAll(io.LimitReader(zr, 64<<20))
+	if err != nil {
+		return object{}, false
+	}
+	nul := bytes.IndexByte(raw, 0)
+	if nul < 0 {
+		return object{}, false
+	}
+	typ, size, ok := strings.Cut(string(raw[:nul]), " ")
+	if n, err := strconv.Atoi(size); !ok || err != nil || n != len(raw)-nul-1 {
+		return object{}, false
+	}
+	return object{OID: id, Type: typ, Content: raw[nul+1:]}, true
 }
 
 func (b *batch) ask(name string) (object, error) {
@@ -110,13 +209,17 @@ func (b *batch) ask(name string) (object, error) {
 	return object{Name: name, OID: f[0], Type: f[1], Content: body[:size]}, nil
 }
 
-// close ends the process and waits for it.
+// close ends the process, if one was started, and waits for it.
 func (b *batch) close() {
 	if b == nil {
 		return
 	}
-	b.in.Close()
-	b.cmd.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd != nil {
+		b.in.Close()
+		b.cmd.Wait()
+	}
 }
 
 // getAll resolves names in order.
@@ -138,10 +241,7 @@ func (l *lander) lookup(names ...string) ([]object, error) { return l.cat.getAll
 // lookup resolves names in a git process of its own and returns their
 // objects in order. Missing names have OID "".
 func lookup(ctx context.Context, g patch.Git, names ...string) ([]object, error) {
-	b, err := openBatch(ctx, g)
-	if err != nil {
-		return nil, err
-	}
+	b := newBatch(ctx, g)
 	defer b.close()
 	return b.getAll(names...)
 }

@@ -16,18 +16,18 @@ import (
 	"github.com/conductor-dev/conductor/policy"
 )
 
-// bindingPatchID is the binding patch-id of the canonical diff from..to
-// ("" when the trees are equal).
-func (l *lander) bindingPatchID(ctx context.Context, from, to string) (string, error) {
-	return l.diff.Diff(ctx, from, to, io.Discard)
-}
-
-// changes parses the canonical diff base..commit into policy changes.
-func (l *lander) changes(ctx context.Context, base, commit string) ([]policy.Change, error) {
+// changes parses the canonical diff from the merge base of tip and the
+// approved commit to the approved commit into policy changes (one git
+// process finds the base and diffs). patch.ErrNoMergeBase when they share
+// no history.
+func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Change, error) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.diff.Diff(ctx, base, commit, pw)
+		d, err := l.differ()
+		if err == nil {
+			_, err = d.DiffFromMergeBase(ctx, tip, approved, pw)
+		}
 		pw.CloseWithError(err)
 		done <- err
 	}()
@@ -37,10 +37,13 @@ func (l *lander) changes(ctx context.Context, base, commit string) ([]policy.Cha
 	}
 	pr.CloseWithError(errors.New("diff consumer stopped"))
 	if err := <-done; err != nil {
-		return nil, fmt.Errorf("diff %s..%s: %w", short(base), short(commit), err)
+		if errors.Is(err, patch.ErrNoMergeBase) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), err)
 	}
 	if perr != nil {
-		return nil, fmt.Errorf("diff %s..%s: %w", short(base), short(commit), perr)
+		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
 	}
 	return cs, nil
 }
@@ -72,8 +75,8 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 
 // squash merges the approved commit onto tip without a checkout and returns
 // the resulting tree, or a conflict refusal.
-func (l *lander) squash(ctx context.Context, tip string) (string, error) {
-	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, l.approved.OID)
+func (l *lander) squash(ctx context.Context, tip, approved string) (string, error) {
+	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, approved)
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	if err != nil {
 		var ee *exec.ExitError

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -109,7 +110,7 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, nil
 	}
 	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
-	id, files, size, err := canonicalDiff(ctx, bare, baseTree, tree, opts.Out, true)
+	id, files, size, err := canonicalDiff(ctx, bare, []string{"diff-tree", "--raw"}, []string{baseTree, tree}, opts.Out, true)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
@@ -208,9 +209,32 @@ func (d *TreeDiffer) Diff(ctx context.Context, from, to string, w io.Writer) (st
 	if fromTree == toTree {
 		return "", nil
 	}
-	id, _, _, err := canonicalDiff(ctx, d.n.Git, fromTree, toTree, w, false)
+	id, _, _, err := canonicalDiff(ctx, d.n.Git, []string{"diff-tree"}, []string{fromTree, toTree}, w, false)
 	if err != nil {
 		return "", fmt.Errorf("diff trees %s..%s: %w", from, to, err)
+	}
+	return id, nil
+}
+
+// ErrNoMergeBase is returned by DiffFromMergeBase for commits that share
+// no history.
+var ErrNoMergeBase = errors.New("no merge base")
+
+// DiffFromMergeBase writes the canonical diff from the merge base of a and
+// b to b (what `git diff a...b` shows; with several merge bases, the one git
+// picks) and returns its binding patch-id: the merge base and the diff in
+// one git process.
+func (d *TreeDiffer) DiffFromMergeBase(ctx context.Context, a, b string, w io.Writer) (string, error) {
+	if !IsObjectID(a) || !IsObjectID(b) {
+		return "", fmt.Errorf("diff from merge base: %q and %q must be full object ids", a, b)
+	}
+	id, _, _, err := canonicalDiff(ctx, d.n.Git, []string{"diff"}, []string{a + "..." + b}, w, false)
+	var ge *GitError
+	if errors.As(err, &ge) && bytes.Contains(ge.Stderr, []byte(": no merge base")) {
+		return "", ErrNoMergeBase
+	}
+	if err != nil {
+		return "", fmt.Errorf("diff %s...%s: %w", a, b, err)
 	}
 	return id, nil
 }
@@ -254,29 +278,26 @@ func parseRawLine(line string) (string, error) {
 	return path, nil
 }
 
-// canonicalDiff streams the canonical diff of two trees to w while hashing
-// it, and returns the binding patch-id and the size. With files set, the
-// same git process first lists the changed paths (`--raw`, read and checked
-// before any byte reaches w) and they are returned too.
-func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer, withFiles bool) (string, []string, int64, error) {
+// canonicalDiff streams the canonical diff cmd (a git subcommand and its
+// own options) writes for revs to w while hashing it, and returns the
+// binding patch-id and the size. With files set, cmd has --raw: the same
+// git process first lists the changed paths (read and checked before any
+// byte reaches w) and they are returned too.
+func canonicalDiff(ctx context.Context, g Git, cmd, revs []string, w io.Writer, withFiles bool) (string, []string, int64, error) {
 	if w == nil {
 		w = io.Discard
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	args := []string{"diff-tree"}
-	if withFiles {
-		args = append(args, "--raw")
-	}
-	args = append(append(args, CanonicalDiffArgs()...), from, to)
-	cmd := g.Command(ctx, args...)
+	args := append(append(slices.Clone(cmd), CanonicalDiffArgs()...), revs...)
+	c := g.Command(ctx, args...)
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
+	c.Stderr = &stderr
+	stdout, err := c.StdoutPipe()
 	if err != nil {
 		return "", nil, 0, err
 	}
-	if err := cmd.Start(); err != nil {
+	if err := c.Start(); err != nil {
 		return "", nil, 0, &GitError{Args: args, Err: err}
 	}
 	br := bufio.NewReaderSize(stdout, 256<<10)
@@ -294,7 +315,7 @@ func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer, wit
 			path, perr := parseRawLine(line)
 			if perr != nil {
 				cancel()
-				cmd.Wait()
+				c.Wait()
 				return "", nil, 0, perr
 			}
 			files = append(files, path)
@@ -320,7 +341,7 @@ func canonicalDiff(ctx context.Context, g Git, from, to string, w io.Writer, wit
 	if copyErr != nil {
 		cancel()
 	}
-	err = cmd.Wait()
+	err = c.Wait()
 	pw.Close()
 	res := <-done
 	switch {

@@ -3,6 +3,7 @@ package patch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -470,5 +471,64 @@ func TestExtractOddNames(t *testing.T) {
 	}
 	if applied != want {
 		t.Errorf("Apply tree %s, want %s", applied, want)
+	}
+}
+
+// TestDiffFromMergeBase: one `git diff a...b` process gives exactly the
+// bytes and id of DiffTrees from the merge base, over generated histories
+// (text, binary, mode and symlink changes on both sides).
+func TestDiffFromMergeBase(t *testing.T) {
+	requireGit(t)
+	ctx := context.Background()
+	repo := newRepo(t)
+	commit := func(tree string, parents ...string) string {
+		args := []string{"commit-tree", tree, "-m", "c"}
+		for _, p := range parents {
+			args = append(args, "-p", p)
+		}
+		return strings.TrimSpace(string(testGit(t, repo, nil, args...)))
+	}
+	d, err := NewTreeDiffer(Git{GitDir: filepath.Join(repo, ".git")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for seed := int64(1); seed <= 8; seed++ {
+		g := newGen(seed)
+		g.mutate(40)
+		base := commit(fastImportTree(t, repo, g, "refs/t/base"))
+		g.mutate(12)
+		work := commit(fastImportTree(t, repo, g, "refs/t/work"), base)
+		g = newGen(seed)
+		g.mutate(40)
+		g.mutate(6) // the target's own changes, some on the same files
+		g.files["target-only.txt"] = genFile{mode: "100644", data: []byte("the target moved on\n")}
+		tip := commit(fastImportTree(t, repo, g, "refs/t/tip"), base)
+
+		var got, want bytes.Buffer
+		id, err := d.DiffFromMergeBase(ctx, tip, work, &got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantID, err := DiffTrees(ctx, Git{GitDir: filepath.Join(repo, ".git")}, base, work, &want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != wantID || !bytes.Equal(got.Bytes(), want.Bytes()) || want.Len() == 0 {
+			t.Fatalf("seed %d: DiffFromMergeBase gave %s (%d bytes), DiffTrees from the merge base %s (%d bytes)", seed, id, got.Len(), wantID, want.Len())
+		}
+	}
+	// No shared history: ErrNoMergeBase, nothing written.
+	g := newGen(99)
+	g.mutate(5)
+	a := commit(fastImportTree(t, repo, g, "refs/t/a"))
+	g.mutate(5)
+	b := commit(fastImportTree(t, repo, g, "refs/t/b"))
+	var out bytes.Buffer
+	if _, err := d.DiffFromMergeBase(ctx, a, b, &out); !errors.Is(err, ErrNoMergeBase) || out.Len() != 0 {
+		t.Fatalf("unrelated histories: %v, %d bytes", err, out.Len())
+	}
+	if _, err := d.DiffFromMergeBase(ctx, "main", b, &out); err == nil {
+		t.Fatal("a ref name was accepted")
 	}
 }

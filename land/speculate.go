@@ -1,0 +1,140 @@
+package land
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/go-git/go-billy/v5/osfs"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// The git work of a landing attempt — the policy diff from the merge base,
+// the squash and its patch-id — depends only on the target tip and the approved commit, so it
+// starts as soon as both ids are known: before the store's verdict is read
+// and while cat-file reads the objects the checks need. The checks still
+// decide in their documented order; a refusal discards what was started.
+// Everything started is read-only (merge-tree writes unreferenced objects at
+// most) and is waited for before the landing returns.
+
+// squashed is the squash of the approved commit onto a tip.
+type squashed struct {
+	tree, pid string
+	err       error
+}
+
+// speculation is the git work of one (tip, approved) pair.
+type speculation struct {
+	chDone, sqDone chan struct{}
+	changes        []policy.Change
+	chErr          error // patch.ErrNoMergeBase: no shared history
+	sq             squashed
+}
+
+// policyChanges are the changes from the merge base to the approved commit.
+func (s *speculation) policyChanges() ([]policy.Change, error) { <-s.chDone; return s.changes, s.chErr }
+func (s *speculation) squash() squashed                        { <-s.sqDone; return s.sq }
+
+// at returns the work for tip and approved, starting it if needed.
+func (l *lander) at(tip, approved string) *speculation {
+	l.specMu.Lock()
+	defer l.specMu.Unlock()
+	key := tip + " " + approved
+	if s, ok := l.specs[key]; ok {
+		return s
+	}
+	s := &speculation{chDone: make(chan struct{}), sqDone: make(chan struct{})}
+	if l.specs == nil {
+		l.specs = map[string]*speculation{}
+	}
+	l.specs[key] = s
+	ctx := l.bg
+	l.wg.Add(2)
+	go func() {
+		defer l.wg.Done()
+		defer close(s.chDone)
+		s.changes, s.chErr = l.changes(ctx, tip, approved)
+	}()
+	go func() {
+		defer l.wg.Done()
+		defer close(s.sqDone)
+		tree, err := l.squash(ctx, tip, approved)
+		if err != nil {
+			s.sq.err = err
+			return
+		}
+		d, err := l.differ()
+		if err != nil {
+			s.sq.err = err
+			return
+		}
+		// diff-tree takes the tip commit for its tree.
+		pid, err := d.Diff(ctx, tip, tree, nil)
+		if err != nil {
+			err = fmt.Errorf("patch-id of the squash: %w", err)
+		}
+		s.sq = squashed{tree: tree, pid: pid, err: err}
+	}()
+	return s
+}
+
+// mergeBase returns the merge base of a and b; "" when they share no
+// history.
+func mergeBase(ctx context.Context, g patch.Git, a, b string) (string, error) {
+	base, err := g.Line(ctx, "merge-base", a, b)
+	if err != nil {
+		var ge *patch.GitError
+		if !errors.As(err, &ge) || len(ge.Stderr) != 0 {
+			return "", err
+		}
+		base = ""
+	}
+	return base, nil
+}
+
+// mergeBase of tip and the approved commit.
+func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
+	return mergeBase(ctx, l.g, tip, l.approved.OID)
+}
+
+// startDiffer makes the landing's neutral git dir for canonical diffs in
+// the background; differ waits for it.
+func (l *lander) startDiffer() {
+	l.diffReady = make(chan struct{})
+	go func() {
+		defer close(l.diffReady)
+		l.diff, l.diffErr = patch.NewTreeDiffer(l.g)
+	}()
+}
+
+func (l *lander) differ() (*patch.TreeDiffer, error) {
+	<-l.diffReady
+	return l.diff, l.diffErr
+}
+
+// readRefs reads refs in process (loose or packed, symbolic ones followed):
+// what starts the git work early. "" for a ref that does not exist or does
+// not hold an id (the caller then asks git by name).
+func readRefs(gitDir string, names ...string) ([]string, error) {
+	st := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(0), filesystem.Options{})
+	ids := make([]string, len(names))
+	for i, n := range names {
+		r, err := storer.ResolveReference(st, plumbing.ReferenceName(n))
+		if errors.Is(err, plumbing.ErrReferenceNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", n, err)
+		}
+		if !r.Hash().IsZero() { // a broken ref reads as zero: git decides
+			ids[i] = r.Hash().String()
+		}
+	}
+	return ids, nil
+}
