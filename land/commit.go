@@ -216,13 +216,15 @@ func gateSummary(rs []GateResult) string {
 // ("" when absent) and the two objects, the commit last. who is the ident
 // of their author and committer.
 func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, error) {
-	name := NotesRef + "^{commit}"
-	if ids, err := readRefs(l.g.GitDir, NotesRef); err == nil && ids[0] != "" {
-		name = ids[0] + "^{commit}" // read in process: no cat-file needed when loose
-	}
-	cur, err := l.cat.get(name)
-	if err != nil {
-		return "", nil, err
+	var cur object
+	if ids, err := readRefs(l.g.GitDir, NotesRef); err != nil || ids[0] != "" {
+		name := NotesRef + "^{commit}" // broken: git says what it is
+		if err == nil {
+			name = ids[0] + "^{commit}" // no cat-file when the commit is loose
+		}
+		if cur, err = l.cat.get(name); err != nil {
+			return "", nil, err
+		}
 	}
 	var entries []treeEntry
 	if cur.OID != "" {

@@ -341,7 +341,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	}()
 	refs, err := readRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
-		return out, err
+		refs = []string{"", ""} // git resolves them by name below
 	}
 	if refs[0] != "" && patch.IsObjectID(d.Commit) {
 		l.at(refs[0], d.Commit) // the squash of the likely case, early

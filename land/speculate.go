@@ -119,8 +119,8 @@ func (l *lander) differ() (*patch.TreeDiffer, error) {
 }
 
 // readRefs reads refs in process (loose or packed, symbolic ones followed):
-// what starts the git work early. "" for a ref that does not exist or does
-// not hold an id (the caller then asks git by name).
+// what starts the git work early. "" for a ref that does not exist; an
+// error for one that does not hold an id (the caller then asks git).
 func readRefs(gitDir string, names ...string) ([]string, error) {
 	st := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(0), filesystem.Options{})
 	ids := make([]string, len(names))
@@ -132,9 +132,10 @@ func readRefs(gitDir string, names ...string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", n, err)
 		}
-		if !r.Hash().IsZero() { // a broken ref reads as zero: git decides
-			ids[i] = r.Hash().String()
+		if r.Hash().IsZero() { // go-git reads a broken ref as zero
+			return nil, fmt.Errorf("read %s: not an object id", n)
 		}
+		ids[i] = r.Hash().String()
 	}
 	return ids, nil
 }
