@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // CanonicalDiffArgs returns the options of the one canonical diff form that
@@ -82,81 +84,163 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
-	baseTree, err := resolveTree(ctx, opts.Repo, "base", opts.Base)
-	if err != nil {
-		return ex, fmt.Errorf("extract: %w", err)
-	}
-	ex.BaseTree = baseTree
+	// The base is resolved while the worktree is collected.
+	base := make(chan string, 1)
+	baseErr := make(chan error, 1)
+	go func() {
+		tree, err := resolveTree(ctx, opts.Repo, "base", opts.Base)
+		base <- tree
+		baseErr <- err
+	}()
+	baseTree := sync.OnceValues(func() (string, error) { return <-base, <-baseErr })
 	n, err := newNeutralRepo(opts.Repo, wt)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
 	defer n.close()
 
-	if !seedIndex(ctx, n, opts.Repo.GitDir, baseTree) {
-		if _, err := n.Run(ctx, "read-tree", baseTree); err != nil {
+	if !seedIndex(n, opts.Repo.GitDir) {
+		bt, err := baseTree()
+		if err != nil {
+			return ex, fmt.Errorf("extract: %w", err)
+		}
+		if _, err := n.Run(ctx, "read-tree", bt); err != nil {
 			return ex, fmt.Errorf("extract: read base tree: %w", err)
 		}
 	}
 	if _, err := n.Run(ctx, "add", "--all"); err != nil {
 		return ex, fmt.Errorf("extract: collect worktree %s: %w", wt, err)
 	}
-	tree, err := n.Line(ctx, "write-tree")
-	if err != nil {
-		return ex, fmt.Errorf("extract: write tree: %w", err)
+	if ex.BaseTree, err = baseTree(); err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
 	}
-	ex.Tree = tree
-	if tree == baseTree {
-		return ex, nil
+	// The tree is written while the index is diffed against the base: the
+	// same bytes as diffing the two trees (write-tree replaces the index
+	// file atomically, so the diff reads one whole index either way).
+	type written struct {
+		tree string
+		err  error
 	}
+	wrote := make(chan written, 1)
+	go func() {
+		tree, err := n.Line(ctx, "write-tree")
+		wrote <- written{tree, err}
+	}()
 	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
-	id, files, size, err := canonicalDiff(ctx, bare, []string{"diff-tree", "--raw"}, []string{baseTree, tree}, opts.Out, true)
+	id, files, size, err := canonicalDiff(ctx, bare, []string{"diff-index", "--cached", "--raw"}, []string{ex.BaseTree}, opts.Out, true)
+	w := <-wrote
+	if w.err != nil {
+		return ex, fmt.Errorf("extract: write tree: %w", w.err)
+	}
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
+	ex.Tree = w.tree
 	ex.PatchID, ex.Files, ex.Bytes = id, files, size
 	return ex, nil
 }
 
-// seedIndex fills the temporary index with the base tree while reusing the
-// stat data of the worktree's own index (a copy of it, with its mtime kept
-// so git's racy-entry checks stay right): `read-tree --reset <base>` keeps an
-// entry's stat data only where its blob is the base's, so `add` then hashes
-// just the files whose stat changed instead of every file. Only the index
-// is read, never changed; anything unusable (split or sparse index,
-// conflicts, corrupt file) falls back to a plain read-tree. Stat data can at
-// worst hide a change from the extraction — and so from the landing as
-// well: what is reviewed is still exactly what lands.
-func seedIndex(ctx context.Context, n *neutralRepo, gitDir, baseTree string) bool {
+// seedIndex starts the temporary index as a copy of the worktree's own
+// index (its mtime kept, so git's racy-entry checks stay right): `add --all`
+// then hashes just the files whose stat data changed and rewrites only the
+// trees they are in, instead of hashing every file. The result is the
+// worktree's content either way: an entry whose stat data is unchanged holds
+// the file's blob. Only the index is read, never changed. An index that
+// cannot lend its stat data that way falls back to an empty start (false):
+// one with entries git would not look at (assume-unchanged, skip-worktree),
+// conflicts, a split or sparse index, or one it cannot parse.
+func seedIndex(n *neutralRepo, gitDir string) bool {
 	src := filepath.Join(gitDir, "index")
 	fi, err := os.Lstat(src)
 	if err != nil || !fi.Mode().IsRegular() {
 		return false
 	}
-	in, err := os.Open(src)
-	if err != nil {
+	b, err := os.ReadFile(src)
+	if err != nil || !indexSeedable(b) {
 		return false
 	}
-	defer in.Close()
-	out, err := os.OpenFile(n.indexFile(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return false
-	}
-	_, err = io.Copy(out, in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	err = os.WriteFile(n.indexFile(), b, 0o600)
 	if err == nil {
 		err = os.Chtimes(n.indexFile(), fi.ModTime(), fi.ModTime())
-	}
-	if err == nil {
-		_, err = n.Run(ctx, "read-tree", "--reset", baseTree)
 	}
 	if err != nil {
 		os.Remove(n.indexFile())
 		return false
 	}
 	return true
+}
+
+// indexSeedable scans an index file (gitformat-index: versions 2 to 4) and
+// reports whether every entry is a plain stage-0 entry git refreshes from
+// the file's stat data: no assume-unchanged (CE_VALID) or skip-worktree bit,
+// no conflict stage, and no split-index ("link") or sparse-directory
+// ("sdir") extension.
+func indexSeedable(b []byte) bool {
+	if len(b) < 12+20 || string(b[:4]) != "DIRC" {
+		return false
+	}
+	version := binary.BigEndian.Uint32(b[4:8])
+	if version < 2 || version > 4 {
+		return false
+	}
+	count := binary.BigEndian.Uint32(b[8:12])
+	end := len(b) - 20 // the trailing checksum
+	off := 12
+	for i := uint32(0); i < count; i++ {
+		const fixed = 62 // stat data, object id, flags
+		if off+fixed > end {
+			return false
+		}
+		flags := binary.BigEndian.Uint16(b[off+60:])
+		if flags&0x8000 != 0 || flags&0x3000 != 0 { // assume-valid, stage
+			return false
+		}
+		start := off + fixed
+		if flags&0x4000 != 0 { // extended flags
+			if version < 3 || start+2 > end {
+				return false
+			}
+			if binary.BigEndian.Uint16(b[start:])&0x4000 != 0 { // skip-worktree
+				return false
+			}
+			start += 2
+		}
+		if version == 4 {
+			// A varint (bytes to strip from the previous name), then the
+			// rest of the name up to a NUL; no padding.
+			for start < end && b[start]&0x80 != 0 {
+				start++
+			}
+			if start++; start > end {
+				return false
+			}
+			nul := bytes.IndexByte(b[start:end], 0)
+			if nul < 0 {
+				return false
+			}
+			off = start + nul + 1
+			continue
+		}
+		nul := bytes.IndexByte(b[start:end], 0)
+		if nul < 0 {
+			return false
+		}
+		// The entry is NUL-padded to a multiple of 8 bytes (1 to 8 NULs).
+		off += (start - off + nul + 8) &^ 7
+	}
+	// Extensions: a 4-byte signature and a 4-byte size each.
+	for off+8 <= end {
+		sig := string(b[off : off+4])
+		if sig == "link" || sig == "sdir" {
+			return false
+		}
+		size := int64(binary.BigEndian.Uint32(b[off+4:]))
+		if size > int64(end-off-8) {
+			return false
+		}
+		off += 8 + int(size)
+	}
+	return off == end
 }
 
 // DiffTrees writes the canonical diff (the form Extract produces) between

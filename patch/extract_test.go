@@ -532,3 +532,92 @@ func TestDiffFromMergeBase(t *testing.T) {
 		t.Fatal("a ref name was accepted")
 	}
 }
+
+// TestExtractIgnoresIndexBits: changes to files the worktree's own index
+// marks assume-unchanged or skip-worktree, and files of a conflicted index,
+// are still extracted (the index then lends no stat data).
+func TestExtractIgnoresIndexBits(t *testing.T) {
+	requireGit(t)
+	ctx := context.Background()
+	repo := newRepo(t)
+	for _, f := range []string{"a", "b", "c"} {
+		os.WriteFile(filepath.Join(repo, f), []byte(f+"\n"), 0o644)
+	}
+	testGit(t, repo, nil, "add", ".")
+	testGit(t, repo, nil, "commit", "-q", "-m", "base")
+	base := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+	testGit(t, repo, nil, "update-index", "--assume-unchanged", "a")
+	testGit(t, repo, nil, "update-index", "--skip-worktree", "b")
+	for _, f := range []string{"a", "b", "c"} {
+		os.WriteFile(filepath.Join(repo, f), []byte(f+" changed\n"), 0o644)
+	}
+	ex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, WorkTree: repo, Base: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(ex.Files, ",") != "a,b,c" {
+		t.Fatalf("extracted %v, want a, b and c", ex.Files)
+	}
+}
+
+// TestIndexSeedable: plain indexes of every version lend their stat data;
+// any entry git would not refresh, a conflict, a split index or a damaged
+// file does not.
+func TestIndexSeedable(t *testing.T) {
+	requireGit(t)
+	repo := newRepo(t)
+	for i := 0; i < 40; i++ {
+		p := filepath.Join(repo, fmt.Sprintf("d%d", i%3), strings.Repeat("n", i+1))
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte(fmt.Sprint(i)), 0o644)
+	}
+	testGit(t, repo, nil, "add", ".")
+	testGit(t, repo, nil, "commit", "-q", "-m", "base")
+	index := filepath.Join(repo, ".git", "index")
+	read := func() []byte {
+		b, err := os.ReadFile(index)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, v := range []string{"2", "3", "4"} {
+		testGit(t, repo, nil, "update-index", "--index-version", v)
+		if !indexSeedable(read()) {
+			t.Errorf("a plain version %s index is not seedable", v)
+		}
+	}
+	testGit(t, repo, nil, "update-index", "--index-version", "2")
+	b := read()
+	for _, cut := range []int{0, 11, 40, len(b) / 2, len(b) - 21} {
+		if indexSeedable(b[:cut]) {
+			t.Errorf("an index cut at %d bytes is seedable", cut)
+		}
+	}
+	for _, v := range []string{"3", "4"} {
+		testGit(t, repo, nil, "update-index", "--index-version", v)
+		testGit(t, repo, nil, "update-index", "--skip-worktree", "d1/nn")
+		if indexSeedable(read()) {
+			t.Errorf("version %s: an index with a skip-worktree entry is seedable", v)
+		}
+		testGit(t, repo, nil, "update-index", "--no-skip-worktree", "d1/nn")
+		testGit(t, repo, nil, "update-index", "--assume-unchanged", "d2/nnn")
+		if indexSeedable(read()) {
+			t.Errorf("version %s: an index with an assume-unchanged entry is seedable", v)
+		}
+		testGit(t, repo, nil, "update-index", "--no-assume-unchanged", "d2/nnn")
+		if !indexSeedable(read()) {
+			t.Errorf("version %s: the bits cleared, the index is still not seedable", v)
+		}
+	}
+	testGit(t, repo, nil, "update-index", "--split-index")
+	if indexSeedable(read()) {
+		t.Error("a split index is seedable")
+	}
+	testGit(t, repo, nil, "update-index", "--no-split-index")
+	blob := strings.TrimSpace(string(testGit(t, repo, []byte("x\n"), "hash-object", "-w", "--stdin")))
+	testGit(t, repo, []byte("100644 "+blob+" 1\tconflict\n100644 "+blob+" 2\tconflict\n"), "update-index", "--index-info")
+	if indexSeedable(read()) {
+		t.Error("a conflicted index is seedable")
+	}
+}
