@@ -245,5 +245,5 @@ func (s *sessionState) save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return runrec.WriteFileAtomic(filepath.Join(dir, "state.json"), b, 0o600)
+	return runrec.ReplaceFile(filepath.Join(dir, "state.json"), b, 0o600)
 }
