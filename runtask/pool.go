@@ -407,26 +407,42 @@ func (p *Pool) findGitDir(dir string) (string, error) {
 
 // baseline records the stash and branches present when the lease begins.
 func (l *Lease) baseline(ctx context.Context) error {
-	l.Meta.StashCount, l.Meta.StashTip = l.stash(ctx)
-	out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(refname)", "refs/heads/")
+	// One process lists the branches and the stash.
+	out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/stash")
 	if err != nil {
 		return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
 	}
-	l.Meta.Branches = strings.Fields(string(out))
+	l.Meta.Branches, l.Meta.StashCount, l.Meta.StashTip = nil, 0, ""
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		id, ref, ok := strings.Cut(line, " ")
+		switch {
+		case !ok:
+		case ref == "refs/stash":
+			l.Meta.StashCount, l.Meta.StashTip = l.stashCount(ctx, id), id
+		default:
+			l.Meta.Branches = append(l.Meta.Branches, ref)
+		}
+	}
 	return nil
 }
 
+// stash returns the number of stash entries and the stash tip.
 func (l *Lease) stash(ctx context.Context) (int, string) {
 	tip, err := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
 	if err != nil || tip == "" {
 		return 0, ""
 	}
+	return l.stashCount(ctx, tip), tip
+}
+
+// stashCount counts the entries of a stash whose tip is tip.
+func (l *Lease) stashCount(ctx context.Context, tip string) int {
 	out, err := l.Git.Line(ctx, "rev-list", "--walk-reflogs", "--count", "refs/stash")
 	if err != nil {
-		return 1, tip
+		return 1
 	}
 	n, _ := strconv.Atoi(out)
-	return n, tip
+	return n
 }
 
 // prepare moves a pooled worktree to base and verifies it is exactly base.
@@ -485,7 +501,7 @@ func (l *Lease) reset(ctx context.Context, base string) error {
 	for _, name := range inProgress {
 		os.RemoveAll(filepath.Join(l.Meta.GitDir, name))
 	}
-	branch, _ := g.Line(ctx, "symbolic-ref", "-q", "HEAD")
+	branch := l.headBranch()
 	if branch != "" {
 		// Leave the branch first; a detached HEAD is moved by reset --hard.
 		if _, err := g.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
@@ -523,32 +539,50 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// verify checks the worktree is exactly base: HEAD detached at base, no
-// difference in index or files, nothing untracked or ignored, no stash entry
-// added during the lease.
+// verify checks the worktree is exactly base — HEAD detached at base, no
+// difference in index or files, nothing untracked or ignored — in one git
+// process. (prepare takes its stash baseline just before: a stash made
+// during a lease is dropped by the reset at release.)
 func (l *Lease) verify(ctx context.Context, base string) error {
-	g := l.Git
-	head, err := g.Line(ctx, "rev-parse", "--verify", "HEAD")
+	out, err := l.Git.Run(ctx, "status", "--porcelain=v2", "-z", "--branch", "--ignored=matching", "--untracked-files=all")
 	if err != nil {
 		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+	}
+	head, detached := "", false
+	for _, e := range strings.Split(string(out), "\x00") {
+		switch {
+		case e == "":
+		case strings.HasPrefix(e, "# branch.oid "):
+			head = strings.TrimPrefix(e, "# branch.oid ")
+		case e == "# branch.head (detached)":
+			detached = true
+		case strings.HasPrefix(e, "# "):
+		default:
+			return fmt.Errorf("worktree %s: not clean", l.Meta.Slot)
+		}
 	}
 	if head != base {
 		return fmt.Errorf("worktree %s: HEAD is %s, want %s", l.Meta.Slot, head, base)
 	}
-	if _, err := g.Run(ctx, "symbolic-ref", "-q", "HEAD"); err == nil {
+	if !detached {
 		return fmt.Errorf("worktree %s: HEAD is on a branch", l.Meta.Slot)
 	}
-	out, err := g.Run(ctx, "status", "--porcelain=v1", "-z", "--ignored=matching", "--untracked-files=all")
-	if err != nil {
-		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
-	}
-	if len(out) > 0 {
-		return fmt.Errorf("worktree %s: not clean", l.Meta.Slot)
-	}
-	if n, tip := l.stash(ctx); n != l.Meta.StashCount || tip != l.Meta.StashTip {
-		return fmt.Errorf("worktree %s: stash changed during the lease", l.Meta.Slot)
-	}
 	return nil
+}
+
+// headBranch is the branch the worktree's HEAD is on ("refs/heads/x"), ""
+// when detached: read from the worktree's own git dir (never from the
+// worktree).
+func (l *Lease) headBranch() string {
+	b, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "HEAD"))
+	if err != nil {
+		return ""
+	}
+	ref, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "ref: ")
+	if !ok {
+		return ""
+	}
+	return ref
 }
 
 // Release resets the worktree and returns it to the pool (or discards it
