@@ -72,3 +72,47 @@ func TestContextWindowTrimsOldToolResults(t *testing.T) {
 		t.Fatal("no trim line in the transcript")
 	}
 }
+
+// TestTranscriptRecordsQuirks: each model line of the transcript says which
+// server quirks were repaired in that turn, and a thinking block is kept as
+// reasoning, not as the answer.
+func TestTranscriptRecordsQuirks(t *testing.T) {
+	f := newFixture(t)
+	srv := startFake(t, `{"turns":[{"toolCalls":[{"name":"list_dir","arguments":{"path":"."}}],"quirks":["arguments-object","missing-ids"]}],
+		"final":{"content":"<think>is it done?</think>done"}}`)
+	o := f.opts(testTask("quirks"), newTestClient(t, testSpec(t, srv.URL()), nil))
+	res, err := Run(context.Background(), o)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("%v %+v", err, res)
+	}
+	tr, err := os.ReadFile(filepath.Join(f.data, "runs", res.RunID, runrec.TranscriptFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models []transcriptLine
+	for _, raw := range strings.Split(strings.TrimSpace(string(tr)), "\n") {
+		var l transcriptLine
+		if err := json.Unmarshal([]byte(raw), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Type == lineModel {
+			models = append(models, l)
+		}
+	}
+	if len(models) != 2 {
+		t.Fatalf("%d model lines", len(models))
+	}
+	if q := strings.Join(models[0].Quirks, ","); !strings.Contains(q, FixArgumentsObject) || !strings.Contains(q, FixMissingID) {
+		t.Errorf("first turn quirks %q", q)
+	}
+	last := models[1]
+	if !strings.Contains(strings.Join(last.Quirks, ","), FixThinkInContent) || last.Message.Content != "done" || last.Message.ReasoningContent != "is it done?" {
+		t.Errorf("last turn: quirks %v, content %q, reasoning %q", last.Quirks, last.Message.Content, last.Message.ReasoningContent)
+	}
+	// The reasoning is not sent back to the server.
+	for i, r := range srv.Requests() {
+		if strings.Contains(r.RawText, "reasoning_content") {
+			t.Errorf("request %d sends reasoning back", i)
+		}
+	}
+}

@@ -20,6 +20,7 @@ const (
 	FixFunctionCall    = "legacy-function-call"
 	FixFinishReason    = "finish-reason"     // finish_reason rewritten
 	FixUsageMissing    = "usage-missing"     // no usage reported: Usage is nil
+	FixThinkInContent  = "think-in-content"  // a leading <think> block moved from content to reasoning_content
 	FixContentAbsent   = "content-absent"    // request: a message without content got ""
 	FixEmptyToolResult = "empty-tool-result" // request: an empty tool result got a placeholder
 )
@@ -54,6 +55,9 @@ func normalizeChatRequest(body []byte, temperature *float64) ([]byte, chatReques
 	}
 	var fixes []string
 	for _, m := range msgs {
+		// A model's earlier reasoning is not sent back: servers that return
+		// it (DeepSeek) refuse it in a request, and it costs context.
+		delete(m, "reasoning_content")
 		var role string
 		_ = json.Unmarshal(m["role"], &role)
 		content, has := m["content"]
@@ -203,6 +207,21 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 			msg = map[string]json.RawMessage{}
 		}
 		foldKeys(msg, "role", "content", "tool_calls", "function_call")
+		// A reasoning model's thinking, written into content by servers
+		// without a reasoning parser: it is not the answer, and tool calls
+		// it mentions are not calls.
+		var content string
+		if json.Unmarshal(msg["content"], &content) == nil {
+			if rest, think, ok := splitThink(content); ok {
+				msg["content"] = mustJSON(rest)
+				var prior string
+				_ = json.Unmarshal(msg["reasoning_content"], &prior)
+				if prior == "" {
+					msg["reasoning_content"] = mustJSON(think)
+				}
+				info.fixes = appendFix(info.fixes, FixThinkInContent)
+			}
+		}
 		var calls []map[string]json.RawMessage
 		if raw, ok := msg["tool_calls"]; ok && !isJSONNull(raw) {
 			if err := json.Unmarshal(raw, &calls); err != nil {
@@ -330,6 +349,26 @@ var (
 	jsonFence     = regexp.MustCompile("(?s)^```(?:json)?\\s*(.*?)\\s*```$")
 	contentCallOK = map[string]bool{"name": true, "arguments": true, "parameters": true, "type": true, "id": true, "function": true}
 )
+
+// splitThink splits a leading thinking block off content: "<think>…</think>"
+// at the start (after white space), or — where a server's template already
+// sent the opening tag — text up to a first "</think>" with no "<think>"
+// before it. ok is false when there is none.
+func splitThink(content string) (rest, think string, ok bool) {
+	const open, closing = "<think>", "</think>"
+	trimmed := strings.TrimLeft(content, " \t\r\n")
+	end := strings.Index(trimmed, closing)
+	if end < 0 {
+		return content, "", false
+	}
+	body := trimmed[:end]
+	if after, found := strings.CutPrefix(body, open); found {
+		body = after
+	} else if strings.Contains(body, open) {
+		return content, "", false
+	}
+	return strings.TrimLeft(trimmed[end+len(closing):], " \t\r\n"), strings.TrimSpace(body), true
+}
 
 // liftContentCalls finds tool calls a model wrote into its content instead
 // of tool_calls: <tool_call>{"name":..,"arguments":{..}}</tool_call> blocks

@@ -92,6 +92,11 @@ func TestNormalizeChatRequest(t *testing.T) {
 	if !info.priorIDs["call_7"] || !info.tools["read_file"] || len(fixes) != 2 {
 		t.Errorf("info %+v fixes %v", info, fixes)
 	}
+	// Earlier reasoning is never sent back.
+	withReasoning := `{"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"long thoughts"}]}`
+	if out, _, _, err := normalizeChatRequest([]byte(withReasoning), nil); err != nil || strings.Contains(string(out), "reasoning") {
+		t.Errorf("reasoning sent back: %s %v", out, err)
+	}
 	if _, _, _, err := normalizeChatRequest([]byte("nope"), nil); err == nil {
 		t.Error("a non-JSON request was accepted")
 	}
@@ -109,6 +114,23 @@ func TestGoOpenAIOmitsEmptyContent(t *testing.T) {
 	}
 }
 
+func TestSplitThink(t *testing.T) {
+	for _, c := range []struct{ in, rest, think string }{
+		{"<think>a</think>b", "b", "a"},
+		{"  \n<think>\n a \n</think>\n\n b", "b", "a"},
+		{"a</think>b", "b", "a"},
+		{"no thinking", "no thinking", ""},
+		{"text <think>late</think> b", "text <think>late</think> b", ""},
+		{"x <think>y</think>", "x <think>y</think>", ""},
+		{"<think>unclosed", "<think>unclosed", ""},
+	} {
+		rest, think, _ := splitThink(c.in)
+		if rest != c.rest || think != c.think {
+			t.Errorf("splitThink(%q) = %q, %q; want %q, %q", c.in, rest, think, c.rest, c.think)
+		}
+	}
+}
+
 func TestNormalizeChatResponseEdges(t *testing.T) {
 	tests := []struct {
 		name string
@@ -123,6 +145,8 @@ func TestNormalizeChatResponseEdges(t *testing.T) {
 		{"numeric arguments", `{"choices":[{"message":{"tool_calls":[{"function":{"name":"f","arguments":5}}]}}]}`, `"arguments":"5"`, false},
 		{"stream index dropped", `{"choices":[{"message":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":"{}"}}]}}]}`, `"finish_reason":"tool_calls"`, false},
 		{"multipart content", `{"choices":[{"message":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}]}`, `"content":"a\nb"`, false},
+		{"think block kept as reasoning", `{"choices":[{"message":{"content":"<think>because</think>yes"}}]}`, `"reasoning_content":"because"`, false},
+		{"server reasoning kept over a think block", `{"choices":[{"message":{"content":"<think>mine</think>yes","reasoning_content":"server's"}}]}`, `"reasoning_content":"server's"`, false},
 		{"choices not a list", `{"choices":{"a":1}}`, "", true},
 		{"not json", `<html>`, "", true},
 		{"json array", `[1,2]`, "", true},

@@ -66,6 +66,7 @@ type transcriptLine struct {
 	FinishReason string                        `json:"finishReason,omitempty"`
 	Usage        *Usage                        `json:"usage,omitempty"`
 	UsageUnknown bool                          `json:"usageUnknown,omitempty"`
+	Quirks       []string                      `json:"quirks,omitempty"` // server quirks repaired in this turn
 	CallID       string                        `json:"callId,omitempty"`
 	Tool         string                        `json:"tool,omitempty"`
 	Arguments    string                        `json:"arguments,omitempty"`

@@ -781,7 +781,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		msg := reply.Message
 		msg.Role = openai.ChatMessageRoleAssistant
 		st.Messages = append(st.Messages, msg)
-		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil}
+		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
 		if err := r.save(); err != nil {
 			return runrec.StatusFailed, "session state: " + err.Error()
