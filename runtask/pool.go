@@ -187,7 +187,7 @@ func (p *Pool) writeMeta(m SlotMeta) error {
 	if err != nil {
 		return err
 	}
-	return runrec.WriteFileAtomic(p.metaPath(m.Slot), append(b, '\n'), 0o644)
+	return runrec.ReplaceFile(p.metaPath(m.Slot), append(b, '\n'), 0o644)
 }
 
 // slots lists the slot names that have metadata.
@@ -656,8 +656,10 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.Remove(p.metaPath(m.Slot)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
+	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot))} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

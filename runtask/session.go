@@ -410,18 +410,9 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	for _, f := range st.Files {
 		r.touched[f.Path] = f.Hash
 	}
-	// The scratch folder's parent must be traversable by the sandbox's
-	// unprivileged uid; the run's own folder is handed to it by the sandbox.
-	if err := os.MkdirAll(filepath.Join(r.cfg.DataRoot, "scratch"), 0o755); err != nil {
-		return r.fail(ctx, err)
-	}
-	os.Chmod(filepath.Join(r.cfg.DataRoot, "scratch"), 0o755)
+	// Commands get HOME and TMPDIR in a scratch folder, made at the first
+	// command (most steps run none) and removed with the run.
 	r.scratch = filepath.Join(r.cfg.DataRoot, "scratch", st.RunID)
-	for _, d := range []string{"home", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(r.scratch, d), 0o700); err != nil {
-			return r.fail(ctx, err)
-		}
-	}
 	defer os.RemoveAll(r.scratch)
 	env, dropped := commandEnv(r.getenv, r.opts.Role, r.scratch, secretEnv)
 	if len(dropped) > 0 {

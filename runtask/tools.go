@@ -655,6 +655,9 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 	if tb.sb == nil {
 		return errResult("run_command: no sandbox is configured for this run")
 	}
+	if err := makeScratch(tb.scratch); err != nil {
+		return errResult("run_command: scratch folder: %v", err)
+	}
 	res, err := tb.sb.Run(ctx, sandbox.Spec{
 		Dir:         tb.dir,
 		Argv:        a.Argv,
@@ -706,6 +709,25 @@ var secretName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH
 // commandEnv builds the complete environment for worker commands: PATH,
 // HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
 // that are set — never a name that looks like a credential, never denied.
+// makeScratch makes a run's scratch folder with home and tmp in it. Its
+// parent must be traversable by the sandbox's unprivileged uid; the folder
+// itself is handed to that uid by the sandbox.
+func makeScratch(scratch string) error {
+	parent := filepath.Dir(scratch)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(parent, 0o755); err != nil {
+		return err
+	}
+	for _, d := range []string{"home", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(scratch, d), 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func commandEnv(getenv func(string) string, role RolePolicy, scratch string, denied []string) (env []string, dropped []string) {
 	pathv := getenv("PATH")
 	if pathv == "" {

@@ -15,8 +15,7 @@ import (
 // moment path holds one complete version, the old or the new. Where the
 // exchange is not supported it falls back to WriteFileAtomic.
 func ReplaceFile(path string, data []byte, perm os.FileMode) error {
-	dir, name := filepath.Split(path)
-	next := filepath.Join(dir, "."+name+".next")
+	next := NextPath(path)
 	if _, err := os.Lstat(path); err != nil {
 		return WriteFileAtomic(path, data, perm)
 	}
@@ -41,4 +40,11 @@ func ReplaceFile(path string, data []byte, perm os.FileMode) error {
 		return WriteFileAtomic(path, data, perm)
 	}
 	return syncDir(filepath.Dir(path))
+}
+
+// NextPath is the sibling ReplaceFile keeps beside path (remove it with
+// path).
+func NextPath(path string) string {
+	dir, name := filepath.Split(path)
+	return filepath.Join(dir, "."+name+".next")
 }
