@@ -31,11 +31,17 @@
 // target's history since the merge base, and when it is there completes the
 // store row and reports the landing instead.
 //
-// One `git cat-file --batch` process answers every ref and object read of a
-// landing; the squash (merge-tree, then its patch-id) runs beside the merge
-// base and the policy diff, the two canonical diffs share one neutral git
-// dir, and the policy reads the tip's tree through cat-file: about six git
-// processes in all, the by-hand floor runs three.
+// Refs and loose objects (recent commits, trees, notes) are read in
+// process; one `git cat-file --batch`, started on first need, answers the
+// rest (packed objects, tags, names to resolve). As soon as the target tip
+// and the approved commit are known — before the store's verdict is read —
+// the squash (`merge-tree`, then its canonical diff for the patch-id) and the
+// policy diff (`git diff tip...approved`: merge base and diff in one
+// process) start side by side; the checks still decide in their documented
+// order, and a refusal stops and waits for what was started. The commit and
+// the note's objects are written in process. A landing whose objects are
+// loose runs four git processes (five with cat-file); the by-hand floor
+// runs three.
 //
 // # No checkout unless the gate needs files
 //
