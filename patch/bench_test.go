@@ -364,24 +364,10 @@ func TestBenchTable(t *testing.T) {
 
 // Go benchmarks for profiling.
 
-func BenchmarkPatchIDStable(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "d.diff")
-	bigDiff(b, path, 8<<20)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(len(data)))
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := WritePatchIDTo(io.Discard, bytes.NewReader(data), Stable); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkPatchIDStable(b *testing.B)   { benchmarkPatchID(b, Stable) }
+func BenchmarkPatchIDVerbatim(b *testing.B) { benchmarkPatchID(b, Verbatim) }
 
-func BenchmarkPatchIDVerbatim(b *testing.B) {
+func benchmarkPatchID(b *testing.B, mode Mode) {
 	path := filepath.Join(b.TempDir(), "d.diff")
 	bigDiff(b, path, 8<<20)
 	data, err := os.ReadFile(path)
@@ -392,7 +378,7 @@ func BenchmarkPatchIDVerbatim(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := WritePatchIDTo(io.Discard, bytes.NewReader(data), Verbatim); err != nil {
+		if err := WritePatchIDTo(io.Discard, bytes.NewReader(data), mode); err != nil {
 			b.Fatal(err)
 		}
 	}
