@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/conductor-dev/conductor/patch"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -217,7 +218,7 @@ func gateSummary(rs []GateResult) string {
 // of their author and committer.
 func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, error) {
 	var cur object
-	if ids, err := readRefs(l.g.GitDir, NotesRef); err != nil || ids[0] != "" {
+	if ids, err := patch.ReadRefs(l.g.GitDir, NotesRef); err != nil || ids[0] != "" {
 		name := NotesRef + "^{commit}" // broken: git says what it is
 		if err == nil {
 			name = ids[0] + "^{commit}" // no cat-file when the commit is loose

@@ -339,7 +339,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 			d.Close()
 		}
 	}()
-	refs, err := readRefs(l.g.GitDir, l.ref, l.workRef)
+	refs, err := patch.ReadRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below
 	}

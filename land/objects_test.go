@@ -3,7 +3,6 @@ package land
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -124,29 +123,6 @@ func commitFor(f *fixture, tree string) (string, error) {
 	}
 	o := newObject("commit", []byte("tree "+tree+"\nauthor "+ci+"\ncommitter "+ci+"\n\nt\n"))
 	return o.oid, writeObjects(f.gitdir, o)
-}
-
-// TestReadRefs: loose, packed and symbolic refs read in process agree with
-// git.
-func TestReadRefs(t *testing.T) {
-	f := newFixture(t)
-	main := f.rev("refs/heads/main")
-	f.git("update-ref", "refs/heads/packed", main)
-	f.git("pack-refs", "--all")
-	f.git("update-ref", "refs/heads/loose", main)
-	f.git("symbolic-ref", "refs/heads/sym", "refs/heads/packed")
-	got, err := readRefs(f.gitdir, "refs/heads/packed", "refs/heads/loose", "refs/heads/sym", "refs/heads/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{main, main, main, ""}; !reflect.DeepEqual(got, want) {
-		t.Fatalf("readRefs = %v, want %v", got, want)
-	}
-	// A broken ref is left to git (land then asks cat-file by name).
-	os.WriteFile(filepath.Join(f.gitdir, "refs", "heads", "broken"), []byte("not an id\n"), 0o644)
-	if ids, err := readRefs(f.gitdir, "refs/heads/broken"); err == nil {
-		t.Fatalf("a broken ref read as %q", ids)
-	}
 }
 
 // TestLandAfterRepack: a landing whose objects are all packed (nothing

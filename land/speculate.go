@@ -5,12 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-git/go-billy/v5/osfs"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/cache"
-	"github.com/go-git/go-git/v5/plumbing/storer"
-	"github.com/go-git/go-git/v5/storage/filesystem"
-
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -116,26 +110,4 @@ func (l *lander) startDiffer() {
 func (l *lander) differ() (*patch.TreeDiffer, error) {
 	<-l.diffReady
 	return l.diff, l.diffErr
-}
-
-// readRefs reads refs in process (loose or packed, symbolic ones followed):
-// what starts the git work early. "" for a ref that does not exist; an
-// error for one that does not hold an id (the caller then asks git).
-func readRefs(gitDir string, names ...string) ([]string, error) {
-	st := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(0), filesystem.Options{})
-	ids := make([]string, len(names))
-	for i, n := range names {
-		r, err := storer.ResolveReference(st, plumbing.ReferenceName(n))
-		if errors.Is(err, plumbing.ErrReferenceNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", n, err)
-		}
-		if r.Hash().IsZero() { // go-git reads a broken ref as zero
-			return nil, fmt.Errorf("read %s: not an object id", n)
-		}
-		ids[i] = r.Hash().String()
-	}
-	return ids, nil
 }

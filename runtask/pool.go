@@ -428,7 +428,13 @@ func (l *Lease) baseline(ctx context.Context) error {
 
 // stash returns the number of stash entries and the stash tip.
 func (l *Lease) stash(ctx context.Context) (int, string) {
-	tip, err := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
+	// refs/stash lives in the common git dir, which l.pool.Repo names.
+	ids, err := patch.ReadRefs(l.pool.Repo.CommonDir(), "refs/stash")
+	if err != nil { // not an id: git says what it is
+		tip, gerr := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
+		ids, err = []string{tip}, gerr
+	}
+	tip := ids[0]
 	if err != nil || tip == "" {
 		return 0, ""
 	}

@@ -48,6 +48,11 @@ func ResolveRepo(repo, workspace string, cfg conductor.Config, getenv func(strin
 // resolveBase turns the task's base (default HEAD) into a commit id.
 func resolveBase(ctx context.Context, repo patch.Git, base string) (string, error) {
 	if base == "" {
+		// The repository's HEAD, read in process: every task without a
+		// base asks this (a branch always holds a commit).
+		if ids, err := patch.ReadRefs(repo.CommonDir(), "HEAD"); err == nil && ids[0] != "" {
+			return ids[0], nil
+		}
 		base = "HEAD"
 	}
 	id, err := patch.Git{GitDir: repo.CommonDir()}.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", base+"^{commit}")

@@ -1,0 +1,36 @@
+package patch
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestReadRefs: loose, packed and symbolic refs read in process agree with
+// git; a broken ref is an error (the caller asks git).
+func TestReadRefs(t *testing.T) {
+	requireGit(t)
+	repo := newRepo(t)
+	os.WriteFile(filepath.Join(repo, "f"), []byte("f\n"), 0o644)
+	testGit(t, repo, nil, "add", ".")
+	testGit(t, repo, nil, "commit", "-q", "-m", "c")
+	head := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+	testGit(t, repo, nil, "update-ref", "refs/heads/packed", head)
+	testGit(t, repo, nil, "pack-refs", "--all")
+	testGit(t, repo, nil, "update-ref", "refs/heads/loose", head)
+	testGit(t, repo, nil, "symbolic-ref", "refs/heads/sym", "refs/heads/packed")
+	gitDir := filepath.Join(repo, ".git")
+	got, err := ReadRefs(gitDir, "HEAD", "refs/heads/packed", "refs/heads/loose", "refs/heads/sym", "refs/heads/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{head, head, head, head, ""}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ReadRefs = %v, want %v", got, want)
+	}
+	os.WriteFile(filepath.Join(gitDir, "refs", "heads", "broken"), []byte("not an id\n"), 0o644)
+	if ids, err := ReadRefs(gitDir, "refs/heads/broken"); err == nil {
+		t.Fatalf("a broken ref read as %q", ids)
+	}
+}
