@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -453,6 +454,7 @@ func (l *Lease) stashCount(ctx context.Context, tip string) int {
 
 // prepare moves a pooled worktree to base and verifies it is exactly base.
 func (l *Lease) prepare(ctx context.Context, base string) error {
+	before := l.Meta
 	if err := l.baseline(ctx); err != nil {
 		return err
 	}
@@ -472,6 +474,10 @@ func (l *Lease) prepare(ctx context.Context, base string) error {
 		}
 	}
 	l.Meta.Base = base
+	if l.Meta.Base == before.Base && l.Meta.StashCount == before.StashCount && l.Meta.StashTip == before.StashTip &&
+		slices.Equal(l.Meta.Branches, before.Branches) {
+		return nil // what takeFree wrote still holds
+	}
 	return l.pool.writeMeta(l.Meta)
 }
 
