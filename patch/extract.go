@@ -170,6 +170,16 @@ func seedIndex(n *neutralRepo, gitDir string) bool {
 	return true
 }
 
+// IndexIsPlain reports whether the index file at path exists and every
+// entry is one git refreshes from the file's stat data (see indexSeedable):
+// no assume-unchanged or skip-worktree bit, no conflict, no split or
+// sparse index. An index that is not plain can hide a file's change from
+// `git status`, `add` and `reset`.
+func IndexIsPlain(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && indexSeedable(b)
+}
+
 // indexSeedable scans an index file (gitformat-index: versions 2 to 4) and
 // reports whether every entry is a plain stage-0 entry git refreshes from
 // the file's stat data: no assume-unchanged (CE_VALID) or skip-worktree bit,

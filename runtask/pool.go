@@ -513,6 +513,14 @@ func (l *Lease) reset(ctx context.Context, base string) error {
 	for _, name := range inProgress {
 		os.RemoveAll(filepath.Join(l.Meta.GitDir, name))
 	}
+	// An index with entries git would not look at again (assume-unchanged,
+	// skip-worktree, a conflict) keeps them through a reset, hiding their
+	// files: it is rebuilt from base instead.
+	if index := filepath.Join(l.Meta.GitDir, "index"); !patch.IndexIsPlain(index) {
+		if err := os.Remove(index); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("reset worktree %s: %w", l.Meta.Slot, err)
+		}
+	}
 	branch := l.headBranch()
 	if branch != "" {
 		// Leave the branch first; a detached HEAD is moved by reset --hard.
@@ -551,11 +559,14 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// verify checks the worktree is exactly base — HEAD detached at base, no
-// difference in index or files, nothing untracked or ignored — in one git
-// process. (prepare takes its stash baseline just before: a stash made
+// verify checks the worktree is exactly base — a plain index (no entry
+// git would skip), HEAD detached at base, no difference in index or files,
+// nothing untracked or ignored — in one git process. (prepare takes its stash baseline just before: a stash made
 // during a lease is dropped by the reset at release.)
 func (l *Lease) verify(ctx context.Context, base string) error {
+	if !patch.IndexIsPlain(filepath.Join(l.Meta.GitDir, "index")) {
+		return fmt.Errorf("worktree %s: its index hides entries from git (assume-unchanged, skip-worktree or a conflict)", l.Meta.Slot)
+	}
 	out, err := l.Git.Run(ctx, "status", "--porcelain=v2", "-z", "--branch", "--ignored=matching", "--untracked-files=all")
 	if err != nil {
 		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)

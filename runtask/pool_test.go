@@ -66,6 +66,11 @@ func TestPoolResetIsComplete(t *testing.T) {
 	git(t, wt, "commit", "-q", "-m", "worker commit")
 	write(t, filepath.Join(wt, "nested", "repo", "f"), "x\n")
 	git(t, filepath.Join(wt, "nested", "repo"), "init", "-q")
+	// Index entries git would not look at again: their files changed.
+	git(t, wt, "update-index", "--assume-unchanged", "README.md")
+	write(t, filepath.Join(wt, "README.md"), "hidden by assume-unchanged\n")
+	git(t, wt, "update-index", "--skip-worktree", "lib/util.go")
+	write(t, filepath.Join(wt, "lib", "util.go"), "hidden by skip-worktree\n")
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +91,15 @@ func TestPoolResetIsComplete(t *testing.T) {
 	}
 	if got := git(t, wt, "diff", "--cached", "--name-only", base); got != "" {
 		t.Fatalf("index differs from base: %s", got)
+	}
+	if got := git(t, wt, "ls-files", "-v"); strings.Contains(got, "h ") || strings.Contains(got, "S ") {
+		t.Fatalf("index flags survived:\n%s", got)
+	}
+	for _, f := range []string{"README.md", filepath.Join("lib", "util.go")} {
+		want := git(t, repo, "show", base+":"+filepath.ToSlash(f))
+		if b, _ := os.ReadFile(filepath.Join(wt, f)); strings.TrimSpace(string(b)) != want {
+			t.Fatalf("%s holds %q, want the base's %q", f, b, want)
+		}
 	}
 	if got := git(t, repo, "stash", "list"); got != "stash@{0}: On main: operator" {
 		t.Fatalf("stash list: %q", got)
