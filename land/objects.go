@@ -134,8 +134,8 @@ func (b *batch) loose(name string) (object, bool) {
 		return t, ok && t.Type == "tree"
 	case strings.HasPrefix(rest, ":") && len(rest) > 1 && o.Type == "tree":
 		for _, part := range strings.Split(rest[1:], "/") {
-			if o.Type != "tree" {
-				return object{}, false
+			if o.Type != "tree" || part == "" || part == "." || part == ".." {
+				return object{}, false // cat-file's own path rules apply
 			}
 			es, err := parseTree(o.Content)
 			if err != nil {

@@ -27,7 +27,7 @@ func TestBatchLooseMatchesCatFile(t *testing.T) {
 	names := []string{
 		c, c + "^{commit}", c + "^{tree}", tree, tree + "^{tree}", tree + "^{commit}",
 		tree + ":docs", tree + ":docs/guide/intro.md", tree + ":docs/nope", tree + ":link", tree + ":link/x",
-		tree + ":README.md/x", tag, tag + "^{commit}", tag + "^{tree}",
+		tree + ":README.md/x", tree + ":docs/", tree + ":docs//guide", tree + ":./docs", tag, tag + "^{commit}", tag + "^{tree}",
 		"refs/heads/main", "refs/heads/main^{tree}", strings.Repeat("0", 40), strings.Repeat("0", 40) + "^{commit}",
 	}
 	ctx := context.Background()
