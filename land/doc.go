@@ -38,7 +38,10 @@
 // the squash (`merge-tree`, then its canonical diff for the patch-id) and the
 // policy diff (`git diff tip...approved`: merge base and diff in one
 // process) start side by side; the checks still decide in their documented
-// order, and a refusal stops and waits for what was started. The commit and
+// order, and a refusal stops and waits for what was started. When the tip
+// is the approved commit's only parent (the target has not moved since the
+// work's base), the squash is the approved tree itself and its canonical
+// diff is the policy diff: no merge-tree and no second diff. The commit and
 // the note's objects are written in process. A landing whose objects are
 // loose runs four git processes (five with cat-file); the by-hand floor
 // runs three.

@@ -343,11 +343,11 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below
 	}
+	l.cat = newBatch(ctx, l.g)
+	defer l.cat.close()
 	if refs[0] != "" && patch.IsObjectID(d.Commit) {
 		l.at(refs[0], d.Commit) // the squash of the likely case, early
 	}
-	l.cat = newBatch(ctx, l.g)
-	defer l.cat.close()
 	names := []string{l.ref + "^{commit}", l.workRef + "^{commit}", d.Commit + "^{commit}"}
 	for i, id := range refs {
 		if id != "" {

@@ -1,8 +1,11 @@
 package land
 
 import (
+	"io"
+
 	"context"
 	"fmt"
+	"github.com/conductor-dev/conductor/patch"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -140,5 +143,45 @@ func TestLandAfterRepack(t *testing.T) {
 	f.git("fsck", "--strict", "--no-dangling")
 	if note := f.git("notes", "--ref", NotesRef, "show", out.Commit); !strings.Contains(note, `"decision": "`+id+`"`) {
 		t.Fatalf("note: %s", note)
+	}
+}
+
+// TestQuietTargetSquash: when the target tip is the approved commit's only
+// parent, the squash taken without merge-tree is merge-tree's tree, and its
+// patch-id is the one its own canonical diff has.
+func TestQuietTargetSquash(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	tip := f.rev("refs/heads/main")
+	work := f.commit("refs/heads/work/q", tip, map[string]string{"docs/a.md": "a\n", "bin/x": "x> run\n", "README.md": "", "l": "-> docs/a.md"}, "quiet")
+	l := &lander{g: f.g, bg: ctx, approved: commit{OID: work}}
+	l.cat = newBatch(ctx, f.g)
+	defer l.cat.close()
+	if _, ok := l.quietTarget(tip, work); !ok {
+		t.Fatal("the work's parent is the tip, but the quiet path was not taken")
+	}
+	l.startDiffer()
+	res := l.at(tip, work).squash()
+	l.wg.Wait()
+	d, err := l.differ()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	merged := strings.Fields(f.git("merge-tree", "--write-tree", tip, work))[0]
+	if res.tree != merged {
+		t.Fatalf("quiet squash tree %s, merge-tree says %s", res.tree, merged)
+	}
+	want, err := patch.DiffTrees(ctx, f.g, tip, merged, io.Discard)
+	if err != nil || res.pid != want || want == "" {
+		t.Fatalf("quiet squash patch-id %s, its canonical diff has %s (%v)", res.pid, want, err)
+	}
+	// A moved target takes the general path.
+	moved := f.commit("refs/heads/main", tip, map[string]string{"other.md": "o\n"}, "moved")
+	if _, ok := l.quietTarget(moved, work); ok {
+		t.Fatal("the quiet path was taken for a moved target")
 	}
 }

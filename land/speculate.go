@@ -49,11 +49,26 @@ func (l *lander) at(tip, approved string) *speculation {
 	}
 	l.specs[key] = s
 	ctx := l.bg
+	if tree, ok := l.quietTarget(tip, approved); ok {
+		// The target has not moved since the work's base: the squash is the
+		// approved commit's own tree (merge-tree would give just that), and
+		// its canonical diff is the policy diff itself.
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			defer close(s.chDone)
+			defer close(s.sqDone)
+			var pid string
+			s.changes, pid, s.chErr = l.changes(ctx, tip, approved)
+			s.sq = squashed{tree: tree, pid: pid, err: s.chErr}
+		}()
+		return s
+	}
 	l.wg.Add(2)
 	go func() {
 		defer l.wg.Done()
 		defer close(s.chDone)
-		s.changes, s.chErr = l.changes(ctx, tip, approved)
+		s.changes, _, s.chErr = l.changes(ctx, tip, approved)
 	}()
 	go func() {
 		defer l.wg.Done()
@@ -110,4 +125,22 @@ func (l *lander) startDiffer() {
 func (l *lander) differ() (*patch.TreeDiffer, error) {
 	<-l.diffReady
 	return l.diff, l.diffErr
+}
+
+// quietTarget returns the approved commit's tree when tip is its only
+// parent (read in process, from a loose object only: otherwise the general
+// path is as quick).
+func (l *lander) quietTarget(tip, approved string) (string, bool) {
+	if l.cat == nil || !patch.IsObjectID(approved) {
+		return "", false
+	}
+	o, ok := l.cat.readLoose(approved)
+	if !ok || o.Type != "commit" {
+		return "", false
+	}
+	c, err := parseCommit(o.OID, o.Content)
+	if err != nil || len(c.Parents) != 1 || c.Parents[0] != tip {
+		return "", false
+	}
+	return c.Tree, true
 }
