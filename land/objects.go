@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,7 +333,14 @@ func (o looseObject) write(gitDir string) error {
 	if _, err := os.Lstat(final); err == nil {
 		return nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err == nil {
+		// A fan-out folder gets the object store's own permissions (a
+		// shared repository's group-writable, setgid ones included), as
+		// git makes them.
+		if fi, err := os.Stat(filepath.Dir(dir)); err == nil {
+			os.Chmod(dir, fi.Mode()&(fs.ModePerm|fs.ModeSetgid))
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
 		return err
 	}
 	f, err := os.CreateTemp(dir, "tmp_obj_")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/conductor-dev/conductor/patch"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -92,8 +93,17 @@ func TestWrittenObjectsAreGits(t *testing.T) {
 		}
 		fmt.Fprintf(&mk, "%s %s %s\t%s\n", e.Mode, typ, e.OID, e.Name)
 	}
+	// A shared repository's object store: new fan-out folders follow it.
+	objects := filepath.Join(f.gitdir, "objects")
+	if err := os.Chmod(objects, 0o775|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(objects, blob.oid[:2]))
 	if err := writeObjects(f.gitdir, blob, blob2, sub, tree); err != nil {
 		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(objects, blob.oid[:2])); err != nil || fi.Mode()&(os.ModePerm|os.ModeSetgid) != 0o775|os.ModeSetgid {
+		t.Fatalf("fan-out folder mode %v (%v), want the object store's", fi.Mode(), err)
 	}
 	if got := f.runIn("", strings.NewReader(mk.String()), "git", "--git-dir="+f.gitdir, "mktree"); got != tree.oid {
 		t.Fatalf("git mktree gives %s, encodeTree %s", got, tree.oid)
