@@ -273,8 +273,11 @@ func (b *bench) rowLand() error {
 	if err := os.WriteFile(diffFile, []byte(diff+"\n"), 0o644); err != nil {
 		return err
 	}
+	// at is the target tip a landing starts from: tip (the target moved
+	// since the work's base) or b.base (a quiet target).
+	at := tip
 	reset := func() error {
-		if _, err := g("update-ref", "refs/heads/main", tip); err != nil {
+		if _, err := g("update-ref", "refs/heads/main", at); err != nil {
 			return err
 		}
 		if _, err := g("show-ref", "--verify", "-q", land.NotesRef); err == nil {
@@ -309,15 +312,15 @@ func (b *bench) rowLand() error {
 		return dur, nil
 	}
 	byHand := func() error {
-		out, err := g("merge-tree", "--write-tree", tip, work)
+		out, err := g("merge-tree", "--write-tree", at, work)
 		if err != nil {
 			return err
 		}
-		c, err := g("commit-tree", strings.Fields(out)[0], "-p", tip, "-m", "by hand")
+		c, err := g("commit-tree", strings.Fields(out)[0], "-p", at, "-m", "by hand")
 		if err != nil {
 			return err
 		}
-		_, err = g("update-ref", "refs/heads/main", c, tip)
+		_, err = g("update-ref", "refs/heads/main", c, at)
 		return err
 	}
 	naive := func() error {
@@ -379,9 +382,32 @@ func (b *bench) rowLand() error {
 			x.r.floor = append(x.r.floor, d)
 		}
 	}
-	hand.note = "land.Run in process: store reads, every check, the squash by merge-tree, the patch-id binding, the commit with trailers and receipt note, the compare-and-swap and the store row"
+	// A quiet target: nothing landed since the work's base, so the tip is
+	// the work commit's parent (land then needs no merge-tree).
+	at = b.base
+	quiet := row{name: "land on a quiet target (the tip is the work's base) vs merge-tree + commit-tree + update-ref", goal: "≤ 1.5×", oursLabel: "land", floorLabel: "by hand"}
+	for i := 0; i < b.sz.fastRuns; i++ {
+		d, err := landOnce()
+		if err != nil {
+			return err
+		}
+		if err := reset(); err != nil {
+			return err
+		}
+		f, err := timed(byHand)
+		if err != nil {
+			return err
+		}
+		quiet.ours, quiet.floor = append(quiet.ours, d), append(quiet.floor, f)
+	}
+	at = tip // the repository as the rows after this one expect it
+	if err := reset(); err != nil {
+		return err
+	}
+	hand.note = "land.Run in process on a target with one unrelated commit since the work's base: store reads, every check, the squash by merge-tree, the patch-id binding, the commit with trailers and receipt note, the compare-and-swap and the store row"
 	fresh.note = fmt.Sprintf("naive = `worktree add --detach` + `apply --index` + `commit` + `update-ref` + `worktree remove`; paired with the first %d land runs of the row above", len(fresh.ours))
-	b.rows = append(b.rows, hand, fresh)
+	quiet.note = "the same landing when the target is still at the work's base: the squash is the approved tree and its patch-id the policy diff's (one `git diff`, no merge-tree)"
+	b.rows = append(b.rows, hand, fresh, quiet)
 	return nil
 }
 
