@@ -26,8 +26,9 @@ type squashed struct {
 // speculation is the git work of one (tip, approved) pair.
 type speculation struct {
 	chDone, sqDone chan struct{}
-	changes        []policy.Change
-	chErr          error // patch.ErrNoMergeBase: no shared history
+	changes        []policy.Change // the policy diff's changes
+	pid            string          // and its binding patch-id
+	chErr          error           // patch.ErrNoMergeBase: no shared history
 	sq             squashed
 }
 
@@ -49,30 +50,26 @@ func (l *lander) at(tip, approved string) *speculation {
 	}
 	l.specs[key] = s
 	ctx := l.bg
-	if tree, ok := l.quietTarget(tip, approved); ok {
-		// The target has not moved since the work's base: the squash is the
-		// approved commit's own tree (merge-tree would give just that), and
-		// its canonical diff is the policy diff itself.
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			defer close(s.chDone)
-			defer close(s.sqDone)
-			var pid string
-			s.changes, pid, s.chErr = l.changes(ctx, tip, approved)
-			s.sq = squashed{tree: tree, pid: pid, err: s.chErr}
-		}()
-		return s
-	}
-	l.wg.Add(2)
+	// The policy diff is needed either way: it starts first.
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		defer close(s.chDone)
-		s.changes, _, s.chErr = l.changes(ctx, tip, approved)
+		s.changes, s.pid, s.chErr = l.changes(ctx, tip, approved)
 	}()
+	quietTree, quiet := l.quietTarget(tip, approved)
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		defer close(s.sqDone)
+		if quiet {
+			// The target has not moved since the work's base: the squash
+			// is the approved commit's own tree (merge-tree would give just
+			// that), and its canonical diff is the policy diff itself.
+			<-s.chDone
+			s.sq = squashed{tree: quietTree, pid: s.pid, err: s.chErr}
+			return
+		}
 		tree, err := l.squash(ctx, tip, approved)
 		if err != nil {
 			s.sq.err = err
