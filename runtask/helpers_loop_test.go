@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,7 +202,7 @@ func (m *scriptModel) requests() []ModelRequest {
 	return append([]ModelRequest(nil), m.reqs...)
 }
 
-var callSeq int
+var callSeq atomic.Int64 // parallel tests build replies
 
 // call builds a reply with one tool call.
 func call(tool string, args any) func(ModelRequest) (ModelReply, error) {
@@ -210,10 +211,10 @@ func call(tool string, args any) func(ModelRequest) (ModelReply, error) {
 
 func callReply(tool string, args any) ModelReply {
 	b, _ := json.Marshal(args)
-	callSeq++
+	seq := callSeq.Add(1)
 	return ModelReply{
 		Message: openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant, ToolCalls: []openai.ToolCall{{
-			ID: fmt.Sprintf("call_%d", callSeq), Type: openai.ToolTypeFunction,
+			ID: fmt.Sprintf("call_%d", seq), Type: openai.ToolTypeFunction,
 			Function: openai.FunctionCall{Name: tool, Arguments: string(b)},
 		}}},
 		FinishReason: "tool_calls",
