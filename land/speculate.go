@@ -10,12 +10,12 @@ import (
 )
 
 // The git work of a landing attempt — the policy diff from the merge base,
-// the squash and its patch-id — depends only on the target tip and the approved commit, so it
-// starts as soon as both ids are known: before the store's verdict is read
-// and while cat-file reads the objects the checks need. The checks still
-// decide in their documented order; a refusal discards what was started.
-// Everything started is read-only (merge-tree writes unreferenced objects at
-// most) and is waited for before the landing returns.
+// the squash and its patch-id — depends only on the target tip and the
+// approved commit, so it starts as soon as both ids are known: before the
+// store's verdict is read. The checks still decide in their documented
+// order; a refusal discards what was started. Everything started is
+// read-only (merge-tree writes unreferenced objects at most) and is waited
+// for before the landing returns.
 
 // squashed is the squash of the approved commit onto a tip.
 type squashed struct {
