@@ -90,10 +90,11 @@ func (l *lander) at(tip, approved string) *speculation {
 	return s
 }
 
-// mergeBase returns the merge base of a and b; "" when they share no
-// history.
-func mergeBase(ctx context.Context, g patch.Git, a, b string) (string, error) {
-	base, err := g.Line(ctx, "merge-base", a, b)
+// mergeBase returns the merge base of tip and the approved commit; ""
+// when they share no history. (Only the search for a killed landing needs
+// it: the policy diff finds the base itself.)
+func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
+	base, err := l.g.Line(ctx, "merge-base", tip, l.approved.OID)
 	if err != nil {
 		var ge *patch.GitError
 		if !errors.As(err, &ge) || len(ge.Stderr) != 0 {
@@ -102,11 +103,6 @@ func mergeBase(ctx context.Context, g patch.Git, a, b string) (string, error) {
 		base = ""
 	}
 	return base, nil
-}
-
-// mergeBase of tip and the approved commit.
-func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
-	return mergeBase(ctx, l.g, tip, l.approved.OID)
 }
 
 // startDiffer makes the landing's neutral git dir for canonical diffs in
