@@ -51,6 +51,11 @@ type batch struct {
 	out     *bufio.Reader
 	errb    bytes.Buffer
 	err     error // sticky: the process is unusable after a failed read
+
+	// Answers to names that start with an object id are kept: what they
+	// name cannot change (refs are asked again each time).
+	cacheMu sync.Mutex
+	cache   map[string]object
 }
 
 func newBatch(ctx context.Context, g patch.Git) *batch {
@@ -83,6 +88,29 @@ func (b *batch) get(name string) (object, error) {
 	if name == "" || strings.ContainsAny(name, "\n\r") {
 		return object{}, fmt.Errorf("lookup: bad object name %q", name)
 	}
+	byID := len(name) >= 40 && patch.IsObjectID(name[:40])
+	if byID {
+		b.cacheMu.Lock()
+		o, ok := b.cache[name]
+		b.cacheMu.Unlock()
+		if ok {
+			return o, nil
+		}
+	}
+	o, err := b.resolve(name)
+	if err == nil && byID && o.OID != "" { // a missing object may appear later
+		b.cacheMu.Lock()
+		if b.cache == nil {
+			b.cache = map[string]object{}
+		}
+		b.cache[name] = o
+		b.cacheMu.Unlock()
+	}
+	return o, err
+}
+
+// resolve answers name from a loose object, else through cat-file.
+func (b *batch) resolve(name string) (object, error) {
 	if o, ok := b.loose(name); ok {
 		return o, nil
 	}

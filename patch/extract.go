@@ -85,14 +85,16 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
 	// The base is resolved while the worktree is collected.
-	base := make(chan string, 1)
-	baseErr := make(chan error, 1)
+	type resolved struct {
+		tree string
+		err  error
+	}
+	base := make(chan resolved, 1)
 	go func() {
 		tree, err := resolveTree(ctx, opts.Repo, "base", opts.Base)
-		base <- tree
-		baseErr <- err
+		base <- resolved{tree, err}
 	}()
-	baseTree := sync.OnceValues(func() (string, error) { return <-base, <-baseErr })
+	baseTree := sync.OnceValues(func() (string, error) { r := <-base; return r.tree, r.err })
 	n, err := newNeutralRepo(opts.Repo, wt)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
