@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/conductor-dev/conductor/patch"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
 )
 
 // NotesRef holds the landing receipts.

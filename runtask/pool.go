@@ -561,8 +561,9 @@ func contains(list []string, s string) bool {
 
 // verify checks the worktree is exactly base — a plain index (no entry
 // git would skip), HEAD detached at base, no difference in index or files,
-// nothing untracked or ignored — in one git process. (prepare takes its stash baseline just before: a stash made
-// during a lease is dropped by the reset at release.)
+// nothing untracked or ignored — in one git process. Stashes are not
+// checked here: prepare takes its stash baseline just before, and a stash
+// made during a lease is dropped by the reset at release.
 func (l *Lease) verify(ctx context.Context, base string) error {
 	if !patch.IndexIsPlain(filepath.Join(l.Meta.GitDir, "index")) {
 		return fmt.Errorf("worktree %s: its index hides entries from git (assume-unchanged, skip-worktree or a conflict)", l.Meta.Slot)
