@@ -110,22 +110,10 @@ func (l *lander) receipt(pid string, gate []GateResult) Receipt {
 // from tip. It returns "" (no error) when the target moved first.
 func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT, out *Outcome) (string, error) {
 	o := l.o
-	now := o.Now()
-	committer, err := ident{Name: o.Committer.Name, Email: o.Committer.Email,
-		Date: fmt.Sprintf("%d %s", now.Unix(), now.Format("-0700"))}.line()
-	if err != nil {
-		return "", fmt.Errorf("committer: %w", err)
-	}
-	author, err := l.approved.Author.line()
-	if err != nil {
-		return "", fmt.Errorf("author of %s: %w", short(l.approved.OID), err)
-	}
-	note, err := json.MarshalIndent(l.receipt(out.PatchID, out.Gate), "", "  ")
+	landed, blob, committer, err := l.landingObjects(tip, tree, msg, out.PatchID, out.Gate)
 	if err != nil {
 		return "", err
 	}
-	landed := newObject("commit", []byte("tree "+tree+"\nparent "+tip+"\nauthor "+author+"\ncommitter "+committer+"\n\n"+msg))
-	blob := newObject("blob", append(note, '\n'))
 	// The notes ref is shared by every target of the repository.
 	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
 	if err != nil {
@@ -137,8 +125,14 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		if err != nil {
 			return "", fmt.Errorf("receipt note: %w", err)
 		}
-		// Every object is in the store before a ref points at it.
-		if err := writeObjects(l.g.GitDir, append([]looseObject{landed, blob}, notes...)...); err != nil {
+		// Every object is in the store before a ref points at it (most
+		// likely written already, see prewrite), and is kept from now on.
+		l.waitPrewrites()
+		written := slices.Concat(l.trees, []looseObject{landed, blob}, notes)
+		for _, obj := range written {
+			l.keep[obj.oid] = true
+		}
+		if _, err := writeObjects(l.g.GitDir, written...); err != nil {
 			return "", err
 		}
 		if try == 0 {
@@ -146,7 +140,11 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		}
 		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, landed.oid, tip,
 			NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
-		_, err = l.g.RunInput(ctx, strings.NewReader(tx), "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
+		upd := l.update
+		if l.update = nil; upd == nil {
+			upd = l.startUpdate(ctx)
+		}
+		_, err = upd.Run(tx)
 		if err == nil {
 			break
 		}
@@ -177,6 +175,33 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	}
 	o.Fault("record")
 	return StatusLanded, nil
+}
+
+// startUpdate starts the `git update-ref --stdin` that moves the target and
+// the notes ref in one transaction once it is given their updates.
+func (l *lander) startUpdate(ctx context.Context) *patch.Started {
+	return l.g.Start(ctx, "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
+}
+
+// landingObjects builds the landed commit (msg on tree, parent tip) and its
+// receipt note's blob, and returns them with the committer ident.
+func (l *lander) landingObjects(tip, tree, msg, pid string, gate []GateResult) (landed, blob looseObject, committer string, err error) {
+	o := l.o
+	committer, err = ident{Name: o.Committer.Name, Email: o.Committer.Email,
+		Date: fmt.Sprintf("%d %s", l.now.Unix(), l.now.Format("-0700"))}.line()
+	if err != nil {
+		return landed, blob, "", fmt.Errorf("committer: %w", err)
+	}
+	author, err := l.approved.Author.line()
+	if err != nil {
+		return landed, blob, "", fmt.Errorf("author of %s: %w", short(l.approved.OID), err)
+	}
+	note, err := json.MarshalIndent(l.receipt(pid, gate), "", "  ")
+	if err != nil {
+		return landed, blob, "", err
+	}
+	landed = newObject("commit", []byte("tree "+tree+"\nparent "+tip+"\nauthor "+author+"\ncommitter "+committer+"\n\n"+msg))
+	return landed, newObject("blob", append(note, '\n')), committer, nil
 }
 
 // record writes the landing row; an existing row for the same commit is fine.

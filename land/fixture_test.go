@@ -64,6 +64,9 @@ func gitEnv(home string) []string {
 	}
 }
 
+// calcGo is lib/calc.go in the fixture's first commit.
+const calcGo = "package lib\n\nfunc Add(a, b int) int {\n\treturn a + b\n}\n\n// one\n// two\n// three\n// four\n// five\n// six\n// seven\n"
+
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	root := t.TempDir()
@@ -79,7 +82,7 @@ func newFixture(t testing.TB) *fixture {
 	f.commit("refs/heads/main", "", map[string]string{
 		"README.md":     "# demo\n",
 		"docs/guide.md": "guide\n",
-		"lib/calc.go":   "package lib\n\nfunc Add(a, b int) int {\n\treturn a + b\n}\n\n// one\n// two\n// three\n// four\n// five\n// six\n// seven\n",
+		"lib/calc.go":   calcGo,
 		"src/keep.txt":  "keep\n",
 	}, "initial")
 	st, err := bus.Open(context.Background(), bus.Options{DataRoot: f.dataRoot})

@@ -212,7 +212,13 @@ type lander struct {
 	ref      string // refs/heads/<target>
 	workRef  string
 	approved commit
-	cat      *batch // the landing's one cat-file process
+	trees    []looseObject  // the squash's trees made in process, written with the commit
+	cat      *batch         // the landing's one cat-file process
+	update   *patch.Started // `update-ref --stdin`, started early (nil: start one when needed)
+	now      time.Time      // the landing's time: its commit's and note's committer date
+
+	pre  []*prewritten   // objects written ahead (speculate.go)
+	keep map[string]bool // ids handed to a ref transaction: never removed
 
 	// Git work started early (speculate.go), waited for before returning.
 	bg     context.Context
@@ -281,7 +287,8 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		}
 	}
 	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config}
-	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef)}
+	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
+		now: o.Now(), keep: map[string]bool{}}
 	l.key = lockKey(g.GitDir, l.ref)
 	l.dataDir = filepath.Join(o.DataRoot, "land", l.key)
 
@@ -332,8 +339,17 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	bg, cancel := context.WithCancel(ctx)
 	l.bg = bg
 	l.startDiffer()
+	if !o.DryRun {
+		// The compare-and-swap's git starts now and is given the
+		// transaction once the commit is written (commit.go).
+		l.update = l.startUpdate(bg)
+	}
 	defer func() {
+		if l.update != nil {
+			l.update.Abandon() // a refusal: an empty transaction
+		}
 		cancel() // stops what a refusal left running
+		l.dropPrewritten()
 		l.wg.Wait()
 		if d, err := l.differ(); err == nil {
 			d.Close()
@@ -496,6 +512,9 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	// The squash and its patch-id run beside the merge base, the policy
 	// diff and the policy (most likely started before the checks).
 	sp := l.at(tip, l.approved.OID)
+	if !o.DryRun && !o.Worktree && len(o.Rules.Gate()) == 0 {
+		l.prewrite(tip, sp)
+	}
 	changes, err := sp.policyChanges()
 	if errors.Is(err, patch.ErrNoMergeBase) {
 		return "", policy.Refuse("conflict",
@@ -528,6 +547,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		return "", res.err
 	}
 	tree, pid := res.tree, res.pid
+	l.trees = res.trees
 	out.Tree = tree
 	o.Fault("squash")
 
@@ -544,6 +564,18 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if err != nil {
 		return "", err
 	}
+	gate := o.Rules.Gate()
+	out.Mode = ModeTree
+	if o.Worktree || needsFiles(gate) {
+		out.Mode = ModeWorktree
+	}
+	if wt != nil || out.Mode == ModeWorktree {
+		// git reads the squash's tree before the commit: it must be in
+		// the store (a tree made in process is written with the commit).
+		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
+			return "", err
+		}
+	}
 	if wt != nil {
 		if err := wt.check(ctx, tip, tree); err != nil {
 			return "", err
@@ -551,11 +583,6 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 
 	// 7. The gate, on exactly this tree.
-	gate := o.Rules.Gate()
-	out.Mode = ModeTree
-	if o.Worktree || needsFiles(gate) {
-		out.Mode = ModeWorktree
-	}
 	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
 	out.Gate = results
 	if err != nil {

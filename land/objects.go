@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"compress/zlib"
 	"context"
-	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -36,16 +35,18 @@ type object struct {
 	Content []byte
 }
 
-// batch reads objects for a landing: loose objects (what a landing mostly
-// reads: recent commits, trees and notes) straight from the object store,
-// everything else — refs, packed objects, tags — through one long-lived `git
-// cat-file --batch`, started on first need. Names are resolved when asked (a
+// batch reads objects for a landing: objects named by id (the commits and
+// trees a landing reads) straight from the object store, loose or packed
+// (pack.go); everything else — refs by name, tags, objects in an alternate,
+// anything damaged — through one long-lived `git cat-file --batch`, started
+// on first need. Names are resolved when asked (a
 // ref read twice can give two answers). Safe for concurrent use.
 type batch struct {
 	mu      sync.Mutex
 	ctx     context.Context
 	g       patch.Git
 	objects string // the object store
+	packs   *packs
 	cmd     *exec.Cmd
 	in      io.WriteCloser
 	out     *bufio.Reader
@@ -59,7 +60,8 @@ type batch struct {
 }
 
 func newBatch(ctx context.Context, g patch.Git) *batch {
-	return &batch{ctx: ctx, g: g, objects: filepath.Join(g.CommonDir(), "objects")}
+	objects := filepath.Join(g.CommonDir(), "objects")
+	return &batch{ctx: ctx, g: g, objects: objects, packs: newPacks(objects)}
 }
 
 // start starts cat-file; b.mu is held.
@@ -109,9 +111,9 @@ func (b *batch) get(name string) (object, error) {
 	return o, err
 }
 
-// resolve answers name from a loose object, else through cat-file.
+// resolve answers name from the object store, else through cat-file.
 func (b *batch) resolve(name string) (object, error) {
-	if o, ok := b.loose(name); ok {
+	if o, ok := b.local(name); ok {
 		return o, nil
 	}
 	b.mu.Lock()
@@ -130,10 +132,10 @@ func (b *batch) resolve(name string) (object, error) {
 	return obj, nil
 }
 
-// loose answers "<id>", "<id>^{commit}", "<id>^{tree}" and "<id>:<path>"
-// from loose objects; ok is false when cat-file must answer (another form,
-// a packed or missing object, a tag to peel).
-func (b *batch) loose(name string) (object, bool) {
+// local answers "<id>", "<id>^{commit}", "<id>^{tree}" and "<id>:<path>"
+// from the object store; ok is false when cat-file must answer (another
+// form, a missing object, a tag to peel).
+func (b *batch) local(name string) (object, bool) {
 	id, rest := name, ""
 	if len(name) > 40 {
 		id, rest = name[:40], name[40:]
@@ -141,7 +143,7 @@ func (b *batch) loose(name string) (object, bool) {
 	if !patch.IsObjectID(id) {
 		return object{}, false
 	}
-	o, ok := b.readLoose(id)
+	o, ok := b.read(id)
 	if !ok {
 		return object{}, false
 	}
@@ -158,7 +160,7 @@ func (b *batch) loose(name string) (object, bool) {
 		if err != nil {
 			return object{}, false
 		}
-		t, ok := b.readLoose(c.Tree)
+		t, ok := b.read(c.Tree)
 		t.Name = name
 		return t, ok && t.Type == "tree"
 	case strings.HasPrefix(rest, ":") && len(rest) > 1 && o.Type == "tree":
@@ -174,7 +176,7 @@ func (b *batch) loose(name string) (object, bool) {
 			if i < 0 {
 				return object{Name: name}, true // not in the tree
 			}
-			if o, ok = b.readLoose(es[i].OID); !ok {
+			if o, ok = b.read(es[i].OID); !ok {
 				return object{}, false
 			}
 		}
@@ -184,8 +186,16 @@ func (b *batch) loose(name string) (object, bool) {
 	return object{}, false
 }
 
-// readLoose reads a loose object; false when it is not loose (or damaged:
-// cat-file then says what is wrong).
+// read reads an object, loose or packed; false when it is in neither (or
+// damaged: cat-file then says what is wrong).
+func (b *batch) read(id string) (object, bool) {
+	if o, ok := b.readLoose(id); ok {
+		return o, true
+	}
+	return b.packs.read(id)
+}
+
+// readLoose reads a loose object.
 func (b *batch) readLoose(id string) (object, bool) {
 	f, err := os.Open(filepath.Join(b.objects, id[:2], id[2:]))
 	if err != nil {
@@ -243,6 +253,7 @@ func (b *batch) close() {
 	if b == nil {
 		return
 	}
+	b.packs.close()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cmd != nil {
@@ -329,37 +340,48 @@ type looseObject struct {
 }
 
 func newObject(typ string, content []byte) looseObject {
-	h := sha1.New()
-	fmt.Fprintf(h, "%s %d\x00", typ, len(content))
-	h.Write(content)
-	return looseObject{typ: typ, oid: hex.EncodeToString(h.Sum(nil)), content: content}
+	return looseObject{typ: typ, oid: looseID(typ, content), content: content}
 }
 
 // writeObjects writes objects into the repository's object store side by
 // side (file creation, not CPU, is what they cost) and returns once all
-// are there.
-func writeObjects(gitDir string, objs ...looseObject) error {
-	errs := make(chan error, len(objs))
-	for _, o := range objs {
-		go func() { errs <- o.write(gitDir) }()
+// are there, with the files it created (objects already present are left
+// alone).
+func writeObjects(gitDir string, objs ...looseObject) ([]string, error) {
+	type written struct {
+		path string
+		err  error
 	}
+	ch := make(chan written, len(objs))
+	for _, o := range objs {
+		go func() {
+			path, err := o.write(gitDir)
+			ch <- written{path, err}
+		}()
+	}
+	var created []string
 	var first error
 	for range objs {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		w := <-ch
+		if w.path != "" {
+			created = append(created, w.path)
+		}
+		if w.err != nil && first == nil {
+			first = w.err
 		}
 	}
-	return first
+	return created, first
 }
 
 // write stores the object as a loose object the way git does (zlib, a
-// temporary file in the fan-out folder, fsync, then a rename; an object
-// already present is left alone). A ref may point at it only afterwards.
-func (o looseObject) write(gitDir string) error {
+// temporary file in the fan-out folder, fsync, then a rename) and returns
+// the file's path when it created it ("" when it was there already). A ref
+// may point at the object only afterwards.
+func (o looseObject) write(gitDir string) (string, error) {
 	dir := filepath.Join(gitDir, "objects", o.oid[:2])
 	final := filepath.Join(dir, o.oid[2:])
 	if _, err := os.Lstat(final); err == nil {
-		return nil
+		return "", nil
 	}
 	if err := os.Mkdir(dir, 0o755); err == nil {
 		// A fan-out folder gets the object store's own permissions (a
@@ -369,11 +391,11 @@ func (o looseObject) write(gitDir string) error {
 			os.Chmod(dir, fi.Mode()&(fs.ModePerm|fs.ModeSetgid))
 		}
 	} else if !errors.Is(err, fs.ErrExist) {
-		return err
+		return "", err
 	}
 	f, err := os.CreateTemp(dir, "tmp_obj_")
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer os.Remove(f.Name()) // a no-op once renamed
 	zw := zlibWriters.Get().(*zlib.Writer)
@@ -397,9 +419,9 @@ func (o looseObject) write(gitDir string) error {
 		err = os.Rename(f.Name(), final)
 	}
 	if err != nil {
-		return fmt.Errorf("write %s object %s: %w", o.typ, o.oid, err)
+		return "", fmt.Errorf("write %s object %s: %w", o.typ, o.oid, err)
 	}
-	return nil
+	return final, nil
 }
 
 // commit is the part of a commit object land reads.

@@ -1,16 +1,19 @@
 package land
 
 import (
-	"io"
-
 	"context"
+	"errors"
 	"fmt"
-	"github.com/conductor-dev/conductor/patch"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
 )
 
 // TestBatchLooseMatchesCatFile: every name form the in-process loose reader
@@ -99,8 +102,9 @@ func TestWrittenObjectsAreGits(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.RemoveAll(filepath.Join(objects, blob.oid[:2]))
-	if err := writeObjects(f.gitdir, blob, blob2, sub, tree); err != nil {
-		t.Fatal(err)
+	created, err := writeObjects(f.gitdir, blob, blob2, sub, tree)
+	if err != nil || len(created) != 4 {
+		t.Fatal(created, err)
 	}
 	if fi, err := os.Stat(filepath.Join(objects, blob.oid[:2])); err != nil || fi.Mode()&(os.ModePerm|os.ModeSetgid) != 0o775|os.ModeSetgid {
 		t.Fatalf("fan-out folder mode %v (%v), want the object store's", fi.Mode(), err)
@@ -111,8 +115,8 @@ func TestWrittenObjectsAreGits(t *testing.T) {
 	if got := f.git("cat-file", "blob", blob.oid); got != "note" {
 		t.Fatalf("blob reads back as %q", got)
 	}
-	if err := writeObjects(f.gitdir, blob); err != nil { // already there: left alone
-		t.Fatal(err)
+	if created, err := writeObjects(f.gitdir, blob); err != nil || len(created) != 0 { // already there: left alone
+		t.Fatal(created, err)
 	}
 	c, err := commitFor(f, tree.oid)
 	if err != nil {
@@ -135,7 +139,8 @@ func commitFor(f *fixture, tree string) (string, error) {
 		return "", err
 	}
 	o := newObject("commit", []byte("tree "+tree+"\nauthor "+ci+"\ncommitter "+ci+"\n\nt\n"))
-	return o.oid, writeObjects(f.gitdir, o)
+	_, err = writeObjects(f.gitdir, o)
+	return o.oid, err
 }
 
 // TestLandAfterRepack: a landing whose objects are all packed (nothing
@@ -194,4 +199,66 @@ func TestQuietTargetSquash(t *testing.T) {
 	if _, ok := l.quietTarget(moved, work); ok {
 		t.Fatal("the quiet path was taken for a moved target")
 	}
+}
+
+// looseObjects lists the repository's loose object ids.
+func looseObjects(t *testing.T, f *fixture) map[string]bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(f.gitdir, "objects", "[0-9a-f][0-9a-f]", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]bool{}
+	for _, p := range files {
+		ids[filepath.Base(filepath.Dir(p))+filepath.Base(p)] = true
+	}
+	return ids
+}
+
+// TestPrewriteLeavesNothingBehind: the commit and note objects written
+// ahead of the checks are exactly the ones a landing commits, and a
+// refusal after they were written removes them: the object store is as it
+// was.
+func TestPrewriteLeavesNothingBehind(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	// A quiet target and a verdict bound to the patch-id of an earlier
+	// version: the objects are written with that patch-id, then refused.
+	base := f.rev("refs/heads/main")
+	reviewed := f.commit("refs/heads/work/w", base, change, "reviewed")
+	c := f.commit("refs/heads/work/w", base, map[string]string{"lib/new.go": "package  lib\n"}, "edited")
+	if _, err := f.store.PutVerdict(ctx, bus.Verdict{WorkRef: "work/w", Commit: c, PatchID: f.patchID(base, reviewed),
+		Verdict: bus.VerdictApprove}); err != nil {
+		t.Fatal(err)
+	}
+	id := f.decide("w", c, "main", "", bus.OptionMerge)
+	before := looseObjects(t, f)
+	var rf *policy.Refusal
+	if _, err := f.land(id, nil); !errors.As(err, &rf) || rf.Code != "patch-id-mismatch" {
+		t.Fatalf("want a patch-id-mismatch refusal, got %v", err)
+	}
+	if after := looseObjects(t, f); !reflect.DeepEqual(after, before) {
+		t.Fatalf("a refusal left objects behind: %d loose before, %d after", len(before), len(after))
+	}
+
+	// A landing on a quiet target adds its commit, the note blob and the
+	// notes tree and commit: nothing else.
+	id, _ = f.approved("a", change)
+	before = looseObjects(t, f)
+	out, err := f.land(id, nil)
+	if err != nil || out.Status != StatusLanded {
+		t.Fatalf("land: %v %+v", err, out)
+	}
+	notes := f.rev(NotesRef)
+	want := map[string]bool{out.Commit: true, notes: true, f.rev(notes + "^{tree}"): true, f.rev(notes + ":" + out.Commit): true}
+	for id := range looseObjects(t, f) {
+		if !before[id] && !want[id] {
+			t.Errorf("object %s was left in the store", id)
+		}
+		delete(want, id)
+	}
+	if len(want) > 0 {
+		t.Errorf("landed objects not in the store: %v", want)
+	}
+	f.git("fsck", "--strict", "--no-dangling")
 }

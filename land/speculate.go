@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
@@ -20,12 +24,16 @@ import (
 // squashed is the squash of the approved commit onto a tip.
 type squashed struct {
 	tree, pid string
+	trees     []looseObject // the tree objects made in process (not written yet)
 	err       error
 }
 
 // speculation is the git work of one (tip, approved) pair.
 type speculation struct {
 	chDone, sqDone chan struct{}
+	treeDone       chan struct{}   // closed once tree and trees are known
+	tree           string          // the squash's tree ("": it failed)
+	trees          []looseObject   // its tree objects made in process
 	changes        []policy.Change // the policy diff's changes
 	pid            string          // and its binding patch-id
 	chErr          error           // patch.ErrNoMergeBase: no shared history
@@ -44,7 +52,7 @@ func (l *lander) at(tip, approved string) *speculation {
 	if s, ok := l.specs[key]; ok {
 		return s
 	}
-	s := &speculation{chDone: make(chan struct{}), sqDone: make(chan struct{})}
+	s := &speculation{chDone: make(chan struct{}), sqDone: make(chan struct{}), treeDone: make(chan struct{})}
 	if l.specs == nil {
 		l.specs = map[string]*speculation{}
 	}
@@ -62,7 +70,11 @@ func (l *lander) at(tip, approved string) *speculation {
 	go func() {
 		defer l.wg.Done()
 		defer close(s.sqDone)
+		treeKnown := sync.OnceFunc(func() { close(s.treeDone) })
+		defer treeKnown()
 		if quiet {
+			s.tree = quietTree
+			treeKnown()
 			// The target has not moved since the work's base: the squash
 			// is the approved commit's own tree (merge-tree would give just
 			// that), and its canonical diff is the policy diff itself.
@@ -70,9 +82,34 @@ func (l *lander) at(tip, approved string) *speculation {
 			s.sq = squashed{tree: quietTree, pid: s.pid, err: s.chErr}
 			return
 		}
+		objs, err := l.lookup(tip+"^{tree}", approved+"^{tree}")
+		if err != nil {
+			s.sq.err = err
+			return
+		}
+		tipTree := objs[0]
+		if <-s.chDone; s.chErr != nil {
+			s.sq.err = s.chErr
+			return
+		}
+		// Mostly the target moved elsewhere: the change applies to the
+		// tip's tree as it is, and the squash's canonical diff is the
+		// policy diff (squash.go).
+		if tree, trees, ok := l.applyChanges(tipTree.OID, objs[1].OID, s.changes); ok {
+			s.tree, s.trees = tree, trees
+			treeKnown()
+			s.sq = squashed{tree: tree, pid: s.pid, trees: trees}
+			return
+		}
 		tree, err := l.squash(ctx, tip, approved)
 		if err != nil {
 			s.sq.err = err
+			return
+		}
+		s.tree = tree
+		treeKnown()
+		if l.sameChanges(tipTree.OID, tree, s.changes) {
+			s.sq = squashed{tree: tree, pid: s.pid}
 			return
 		}
 		d, err := l.differ()
@@ -80,8 +117,7 @@ func (l *lander) at(tip, approved string) *speculation {
 			s.sq.err = err
 			return
 		}
-		// diff-tree takes the tip commit for its tree.
-		pid, err := d.Diff(ctx, tip, tree, nil)
+		pid, err := d.Diff(ctx, tipTree.OID, tree, nil)
 		if err != nil {
 			err = fmt.Errorf("patch-id of the squash: %w", err)
 		}
@@ -137,3 +173,75 @@ func (l *lander) quietTarget(tip, approved string) (string, bool) {
 	}
 	return c.Tree, true
 }
+
+// prewritten is one prewrite's work.
+type prewritten struct {
+	done    chan struct{}
+	created []string // object files it created
+}
+
+// prewrite writes, in the background, the commit and note objects the
+// attempt from tip will commit if the squash's patch-id is the approved one
+// (the only way it commits): their fsyncs then overlap the diffs, and the
+// commit finds them in the store. It runs only when nothing else goes into
+// them (no gate, so no gate results). What the landing does not commit is
+// removed before it returns (dropPrewritten).
+func (l *lander) prewrite(tip string, s *speculation) {
+	p := &prewritten{done: make(chan struct{})}
+	l.pre = append(l.pre, p)
+	go func() {
+		defer close(p.done)
+		select {
+		case <-s.treeDone:
+		case <-l.bg.Done():
+			return
+		}
+		if s.tree == "" {
+			return
+		}
+		pid := l.v.PatchID
+		landed, blob, who, err := l.landingObjects(tip, s.tree, l.message(pid), pid, nil)
+		if err != nil {
+			return
+		}
+		_, notes, err := l.noteObjects(landed.oid, blob.oid, who)
+		if err != nil {
+			return
+		}
+		// Only the commit and its note are this landing's own (trees may
+		// be anyone's): only they are removed if unused.
+		own := map[string]bool{landed.oid: true, blob.oid: true}
+		for _, n := range notes {
+			own[n.oid] = true
+		}
+		created, _ := writeObjects(l.g.GitDir, slices.Concat(s.trees, []looseObject{landed, blob}, notes)...)
+		for _, path := range created {
+			if own[objectID(path)] {
+				p.created = append(p.created, path)
+			}
+		}
+	}()
+}
+
+// waitPrewrites waits until no prewrite is writing.
+func (l *lander) waitPrewrites() {
+	for _, p := range l.pre {
+		<-p.done
+	}
+}
+
+// dropPrewritten removes the objects prewrites created that were never
+// handed to a ref transaction (a refusal, another tip, a note that moved).
+func (l *lander) dropPrewritten() {
+	l.waitPrewrites()
+	for _, p := range l.pre {
+		for _, path := range p.created {
+			if !l.keep[objectID(path)] {
+				os.Remove(path)
+			}
+		}
+	}
+}
+
+// objectID is the id of a loose object file.
+func objectID(path string) string { return filepath.Base(filepath.Dir(path)) + filepath.Base(path) }

@@ -1,7 +1,6 @@
 package patch
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -380,23 +379,14 @@ func parseRawLine(line string) (string, error) {
 // git process first lists the changed paths (read and checked before any
 // byte reaches w) and they are returned too.
 func canonicalDiff(ctx context.Context, g Git, cmd, revs []string, w io.Writer, withFiles bool) (string, []string, int64, error) {
+	s := g.Start(ctx, append(append(slices.Clone(cmd), CanonicalDiffArgs()...), revs...)...)
+	if err := s.Send(""); err != nil {
+		return "", nil, 0, err
+	}
 	if w == nil {
 		w = io.Discard
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	args := append(append(slices.Clone(cmd), CanonicalDiffArgs()...), revs...)
-	c := g.Command(ctx, args...)
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	stdout, err := c.StdoutPipe()
-	if err != nil {
-		return "", nil, 0, err
-	}
-	if err := c.Start(); err != nil {
-		return "", nil, 0, &GitError{Args: args, Err: err}
-	}
-	br := bufio.NewReaderSize(stdout, 256<<10)
+	br := s.Stdout()
 	var files []string
 	if withFiles {
 		for {
@@ -410,8 +400,8 @@ func canonicalDiff(ctx context.Context, g Git, cmd, revs []string, w io.Writer, 
 			}
 			path, perr := parseRawLine(line)
 			if perr != nil {
-				cancel()
-				c.Wait()
+				s.Kill()
+				s.Wait()
 				return "", nil, 0, perr
 			}
 			files = append(files, path)
@@ -435,9 +425,9 @@ func canonicalDiff(ctx context.Context, g Git, cmd, revs []string, w io.Writer, 
 	cw := &countingWriter{w: w}
 	_, copyErr := io.Copy(io.MultiWriter(cw, pw), br)
 	if copyErr != nil {
-		cancel()
+		s.Kill()
 	}
-	err = c.Wait()
+	err := s.Wait()
 	pw.Close()
 	res := <-done
 	switch {
@@ -446,10 +436,7 @@ func canonicalDiff(ctx context.Context, g Git, cmd, revs []string, w io.Writer, 
 	case copyErr != nil:
 		return "", nil, cw.n, fmt.Errorf("read diff: %w", copyErr)
 	case err != nil:
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return "", nil, cw.n, &GitError{Args: args, Stderr: stderr.Bytes(), Err: err}
+		return "", nil, cw.n, err
 	}
 	if res.err != nil && !(errors.Is(res.err, ErrNoPatch) && cw.n == 0) {
 		return "", nil, cw.n, res.err

@@ -20,6 +20,11 @@ type Change struct {
 	// OldMode and NewMode are git's octal modes ("100644", "100755",
 	// "120000" symlink, "160000" gitlink); empty when absent.
 	OldMode, NewMode string
+	// OldOID and NewOID are the blob ids of the diff's index line (whole
+	// ids in a --full-index diff such as the canonical one); empty for the
+	// side a file does not exist on, and when the diff gives none (a change
+	// of mode only).
+	OldOID, NewOID string
 	// LinkTarget is the new symlink target when NewMode is 120000 and the
 	// diff carries it.
 	LinkTarget string
@@ -66,6 +71,7 @@ func ParseChanges(diff io.Reader) ([]Change, error) {
 		if c.NewMode == "" && c.Status != 'D' && c.OldMode != "" {
 			c.NewMode = c.OldMode // mode unchanged: the header gives only "index a..b 100644"
 		}
+		c.OldOID, c.NewOID = blobID(f.OldOIDPrefix), blobID(f.NewOIDPrefix)
 		for _, frag := range f.TextFragments {
 			c.Added += frag.LinesAdded
 			c.Deleted += frag.LinesDeleted
@@ -76,6 +82,15 @@ func ParseChanges(diff io.Reader) ([]Change, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// blobID is an index line's id, "" for the all-zero id of a side that does
+// not exist.
+func blobID(id string) string {
+	if strings.Trim(id, "0") == "" {
+		return ""
+	}
+	return id
 }
 
 // linkTarget returns the symlink target carried by the added side of a

@@ -94,6 +94,21 @@ func TestParseChangesRealGit(t *testing.T) {
 			t.Errorf("missing change for %q (got %+v)", w.Path, changes)
 			continue
 		}
+		// The blob ids are the index line's: the staged and HEAD blobs,
+		// none for a change of mode only or a pure rename.
+		wantOld, wantNew := "", ""
+		if w.Status != 'R' && w.Path != "lib/run.sh" {
+			if w.Status != 'A' {
+				wantOld = strings.TrimSpace(git(t, dir, "rev-parse", "HEAD:"+w.Path))
+			}
+			if w.Status != 'D' {
+				wantNew = strings.TrimSpace(git(t, dir, "rev-parse", ":"+w.Path))
+			}
+		}
+		if g.OldOID != wantOld || g.NewOID != wantNew {
+			t.Errorf("change %q: blob ids %q..%q, want %q..%q", w.Path, g.OldOID, g.NewOID, wantOld, wantNew)
+		}
+		g.OldOID, g.NewOID = "", ""
 		if g != w {
 			t.Errorf("change %q:\n got %+v\nwant %+v", w.Path, g, w)
 		}
