@@ -162,6 +162,13 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	}
 	nlock.release()
 	o.Fault("update-ref")
+	// Landed: no diff is left to run, its git dir goes while the store
+	// records the landing.
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		l.closeDiffer()
+	}()
 	out.Commit = landed.oid
 	out.Status = StatusLanded
 	if wt != nil {

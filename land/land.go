@@ -229,7 +229,8 @@ type lander struct {
 	diffReady chan struct{} // closed once diff (or diffErr) is set
 	diff      *patch.TreeDiffer
 	diffErr   error
-	dataDir   string // DataRoot/land/<key>
+	diffDone  sync.Once // closes diff
+	dataDir   string    // DataRoot/land/<key>
 	key       string
 }
 
@@ -351,9 +352,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		cancel() // stops what a refusal left running
 		l.dropPrewritten()
 		l.wg.Wait()
-		if d, err := l.differ(); err == nil {
-			d.Close()
-		}
+		l.closeDiffer()
 	}()
 	refs, err := patch.ReadRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {

@@ -82,22 +82,46 @@ func (l *lander) at(tip, approved string) *speculation {
 			s.sq = squashed{tree: quietTree, pid: s.pid, err: s.chErr}
 			return
 		}
-		objs, err := l.lookup(tip+"^{tree}", approved+"^{tree}")
+		objs, err := l.lookup(tip+"^{tree}", approved+"^{commit}", approved+"^{tree}")
 		if err != nil {
 			s.sq.err = err
 			return
 		}
-		tipTree := objs[0]
+		tipTree, approvedTree := objs[0].OID, objs[2].OID
+		// Mostly the target moved elsewhere and the merge base is the
+		// approved commit's parent: its own changes, read in process,
+		// apply to the tip's tree as it is, and the squash's canonical
+		// diff is the policy diff (squash.go). The tree is known (and the
+		// commit written ahead) before the policy diff ends; it stands
+		// once the policy diff shows the same changes.
+		var early []policy.Change
+		if c, err := parseCommit(objs[1].OID, objs[1].Content); err == nil && len(c.Parents) == 1 {
+			if pt, err := l.cat.get(c.Parents[0] + "^{tree}"); err == nil && pt.OID != "" {
+				early, _ = l.fileChanges(pt.OID, approvedTree)
+			}
+		}
+		var earlyTree string
+		var earlyTrees []looseObject
+		if len(early) > 0 {
+			var ok bool
+			if earlyTree, earlyTrees, ok = l.applyChanges(tipTree, approvedTree, early); ok {
+				s.tree, s.trees = earlyTree, earlyTrees
+				treeKnown()
+			}
+		}
 		if <-s.chDone; s.chErr != nil {
 			s.sq.err = s.chErr
 			return
 		}
-		// Mostly the target moved elsewhere: the change applies to the
-		// tip's tree as it is, and the squash's canonical diff is the
-		// policy diff (squash.go).
-		if tree, trees, ok := l.applyChanges(tipTree.OID, objs[1].OID, s.changes); ok {
-			s.tree, s.trees = tree, trees
-			treeKnown()
+		if earlyTree != "" && sameChangeSet(early, s.changes) {
+			s.sq = squashed{tree: earlyTree, pid: s.pid, trees: earlyTrees}
+			return
+		}
+		if tree, trees, ok := l.applyChanges(tipTree, approvedTree, s.changes); ok {
+			if earlyTree == "" {
+				s.tree, s.trees = tree, trees
+				treeKnown()
+			}
 			s.sq = squashed{tree: tree, pid: s.pid, trees: trees}
 			return
 		}
@@ -106,9 +130,11 @@ func (l *lander) at(tip, approved string) *speculation {
 			s.sq.err = err
 			return
 		}
-		s.tree = tree
-		treeKnown()
-		if l.sameChanges(tipTree.OID, tree, s.changes) {
+		if earlyTree == "" {
+			s.tree = tree
+			treeKnown()
+		}
+		if l.sameChanges(tipTree, tree, s.changes) {
 			s.sq = squashed{tree: tree, pid: s.pid}
 			return
 		}
@@ -117,7 +143,7 @@ func (l *lander) at(tip, approved string) *speculation {
 			s.sq.err = err
 			return
 		}
-		pid, err := d.Diff(ctx, tipTree.OID, tree, nil)
+		pid, err := d.Diff(ctx, tipTree, tree, nil)
 		if err != nil {
 			err = fmt.Errorf("patch-id of the squash: %w", err)
 		}
@@ -154,6 +180,15 @@ func (l *lander) startDiffer() {
 func (l *lander) differ() (*patch.TreeDiffer, error) {
 	<-l.diffReady
 	return l.diff, l.diffErr
+}
+
+// closeDiffer removes the neutral git dir once no diff is left to run.
+func (l *lander) closeDiffer() {
+	l.diffDone.Do(func() {
+		if d, err := l.differ(); err == nil {
+			d.Close()
+		}
+	})
 }
 
 // quietTarget returns the approved commit's tree when tip is its only

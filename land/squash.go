@@ -237,34 +237,61 @@ func store(f *folder, objs *[]looseObject) (string, bool) {
 }
 
 // sameChanges reports whether the file changes from tree from to tree to
-// are exactly changes: the same paths, modes and blob ids, each an addition,
-// a modification or a deletion. The canonical diff of from..to is then,
-// byte for byte, the one changes were parsed from (with renames off, a
-// file's diff depends on nothing else), and so is its patch-id. False (also
-// for anything it cannot compare) sends the caller to git.
+// are exactly changes (see sameChangeSet). The canonical diff of from..to
+// is then, byte for byte, the one changes were parsed from (with renames
+// off, a file's diff depends on nothing else), and so is its patch-id.
+// False (also for anything it cannot compare) sends the caller to git.
 func (l *lander) sameChanges(from, to string, changes []policy.Change) bool {
-	if len(changes) > maxAppliedChanges {
+	got, ok := l.fileChanges(from, to)
+	return ok && sameChangeSet(got, changes)
+}
+
+// fileChanges lists the files that differ from tree a to tree b as
+// additions, modifications and deletions with their modes and blob ids
+// (in no particular order); false past maxAppliedChanges or when a tree
+// cannot be read.
+func (l *lander) fileChanges(a, b string) ([]policy.Change, bool) {
+	var cs []policy.Change
+	ok := l.walkChanges("", a, b, func(path, oldMode, oldOID, newMode, newOID string) bool {
+		c := policy.Change{Status: 'M', Path: path, OldMode: oldMode, NewMode: newMode, OldOID: oldOID, NewOID: newOID}
+		if oldOID == "" {
+			c.Status = 'A'
+		} else if newOID == "" {
+			c.Status = 'D'
+		}
+		cs = append(cs, c)
+		return len(cs) <= maxAppliedChanges
+	})
+	return cs, ok
+}
+
+// sameChangeSet reports whether a and b change the same paths the same way
+// (status, modes and blob ids), each an addition, a modification or a
+// deletion carrying the ids of the sides it has.
+func sameChangeSet(a, b []policy.Change) bool {
+	if len(a) != len(b) || len(a) > maxAppliedChanges {
 		return false
 	}
-	want := make(map[string]policy.Change, len(changes))
-	for _, c := range changes {
+	byPath := make(map[string]policy.Change, len(b))
+	for _, c := range b {
 		switch {
 		case c.Status != 'A' && c.Status != 'M' && c.Status != 'D',
 			c.Status != 'A' && c.OldOID == "", c.Status != 'D' && c.NewOID == "":
 			return false
 		}
-		if _, dup := want[c.Path]; dup {
+		if _, dup := byPath[c.Path]; dup {
 			return false
 		}
-		want[c.Path] = c
+		byPath[c.Path] = c
 	}
-	seen := 0
-	same := l.walkChanges("", from, to, func(path, oldMode, oldOID, newMode, newOID string) bool {
-		c, ok := want[path]
-		seen++
-		return ok && c.OldMode == oldMode && c.NewMode == newMode && c.OldOID == oldOID && c.NewOID == newOID
-	})
-	return same && seen == len(want)
+	for _, c := range a {
+		w, ok := byPath[c.Path]
+		if !ok || w.Status != c.Status || w.OldMode != c.OldMode || w.NewMode != c.NewMode || w.OldOID != c.OldOID || w.NewOID != c.NewOID {
+			return false
+		}
+		delete(byPath, c.Path)
+	}
+	return len(byPath) == 0
 }
 
 // walkChanges calls fn for every file (blob, symlink or gitlink) that
