@@ -31,25 +31,41 @@
 // target's history since the merge base, and when it is there completes the
 // store row and reports the landing instead.
 //
-// Refs and loose objects (recent commits, trees, notes) are read in
-// process; one `git cat-file --batch`, started on first need, answers the
-// rest (packed objects, tags, names to resolve). As soon as the target tip
-// and the approved commit are known — before the store's verdict is read —
-// the squash (`merge-tree`, then its canonical diff for the patch-id) and the
-// policy diff (`git diff tip...approved`: merge base and diff in one
-// process) start side by side; the checks still decide in their documented
-// order, and a refusal stops and waits for what was started. When the tip
-// is the approved commit's only parent (the target has not moved since the
-// work's base), the squash is the approved tree itself and its canonical
-// diff is the policy diff: no merge-tree and no second diff. The commit and
-// the note's objects are written in process. A landing whose objects are
-// loose runs four git processes (five with cat-file); the by-hand floor
-// runs three.
+// Refs and objects are read in process: loose ones, and packed ones
+// through the packs' .idx files (pack.go: deltas applied, every object
+// checked against its id); one `git cat-file --batch`, started on first
+// need, answers the rest (tags, names to resolve, an object in an alternate
+// or anything damaged). As soon as the target tip and the approved commit
+// are known — before the store's verdict is read — the policy diff (`git
+// diff tip...approved`: merge base and diff in one process) starts, and so
+// does the squash; the checks still decide in their documented order, and
+// a refusal stops and waits for what was started.
+//
+// The squash (squash.go): when the tip is the approved commit's only
+// parent, it is the approved tree. When the target moved elsewhere (every
+// file the change touches is at the tip exactly as the change found it, and
+// no folder a side removed is one the other adds to), the change is applied
+// to the tip's tree in process — a few trees rebuilt, the same tree
+// `merge-tree` gives, checked on random cases — from the approved commit's
+// own changes, confirmed by the policy diff when it ends. In both cases the
+// squash changes exactly what the policy diff changes, so its canonical
+// diff is the policy diff, byte for byte, and so is its patch-id. Otherwise
+// `git merge-tree --write-tree` squashes, and the squash's own canonical
+// diff gives its patch-id (unless it has the policy diff's changes).
+//
+// The commit and the receipt note's objects are written in process (zlib,
+// fsync, rename). When no gate runs, they are built with the approved
+// patch-id and written while the diffs run (prewrite), since the landing
+// commits only if the squash has that patch-id; what a refusal leaves
+// unused is removed. The `git update-ref --stdin` that moves the refs is
+// started at the beginning and given its transaction at the end. A landing
+// runs two git processes (the policy diff and update-ref; merge-tree and a
+// diff more when the change overlaps what the target changed); the by-hand
+// floor runs three.
 //
 // # No checkout unless the gate needs files
 //
-// The squash is `git merge-tree --write-tree` of the target tip and the
-// approved commit: a tree, no index, no worktree. When no gate command
+// The squash is a tree (above): no index, no worktree. When no gate command
 // NeedsFiles, the gate runs in an empty scratch folder (the tree id is in
 // CONDUCTOR_LAND_TREE). Otherwise (or with Options.Worktree) a worktree gets
 // exactly that tree checked out (verified with write-tree) and its .git link
@@ -88,8 +104,11 @@
 //
 // # What a dry run or refusal may leave
 //
-// merge-tree writes the merged tree's objects into the object store (and a
-// target that moves at the last moment leaves the commit's and the note's);
-// they are unreferenced and `git gc` prunes them. Nothing else: no ref, no
-// reflog entry, no store row, no worktree, no temporary index.
+// The squash's tree objects (written by merge-tree, or in process before a
+// gate that checks the tree out) may stay in the object store, as may the
+// commit's and the note's when the process is killed or the target moves
+// at the last moment; they are unreferenced and `git gc` prunes them. The
+// commit and note objects written ahead for a landing that is then refused
+// are removed. Nothing else: no ref, no reflog entry, no store row, no
+// worktree, no temporary index.
 package land

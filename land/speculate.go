@@ -17,9 +17,10 @@ import (
 // the squash and its patch-id — depends only on the target tip and the
 // approved commit, so it starts as soon as both ids are known: before the
 // store's verdict is read. The checks still decide in their documented
-// order; a refusal discards what was started. Everything started is
-// read-only (merge-tree writes unreferenced objects at most) and is waited
-// for before the landing returns.
+// order; a refusal discards what was started. What is started writes no
+// ref: merge-tree writes unreferenced trees at most, and the objects
+// written ahead (prewrite) are removed when the landing does not commit
+// them. All of it is waited for before the landing returns.
 
 // squashed is the squash of the approved commit onto a tip.
 type squashed struct {

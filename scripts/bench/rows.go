@@ -404,9 +404,9 @@ func (b *bench) rowLand() error {
 	if err := reset(); err != nil {
 		return err
 	}
-	hand.note = "land.Run in process on a target with one unrelated commit since the work's base: store reads, every check, the squash by merge-tree, the patch-id binding, the commit with trailers and receipt note, the compare-and-swap and the store row"
+	hand.note = "land.Run in process on a target with one unrelated commit since the work's base: store reads, every check, the squash (applied to the tip's tree in process; merge-tree when the change overlaps the target's), the patch-id binding, the commit with trailers and receipt note, the compare-and-swap and the store row"
 	fresh.note = fmt.Sprintf("naive = `worktree add --detach` + `apply --index` + `commit` + `update-ref` + `worktree remove`; paired with the first %d land runs of the row above", len(fresh.ours))
-	quiet.note = "the same landing when the target is still at the work's base: the squash is the approved tree and its patch-id the policy diff's (one `git diff`, no merge-tree)"
+	quiet.note = "the same landing when the target is still at the work's base: the squash is the approved tree itself"
 	b.rows = append(b.rows, hand, fresh, quiet)
 	return nil
 }
