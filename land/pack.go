@@ -3,6 +3,7 @@ package land
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/zlib"
 	"crypto/sha1"
 	"encoding/binary"
@@ -121,7 +122,7 @@ func (p *packs) scan() {
 		}
 		ns = append(ns, named{&pack{name: filepath.Join(p.dir, name)}, mtime})
 	}
-	slices.SortStableFunc(ns, func(a, b named) int { return int(b.mtime - a.mtime) })
+	slices.SortStableFunc(ns, func(a, b named) int { return cmp.Compare(b.mtime, a.mtime) })
 	for _, n := range ns {
 		p.list = append(p.list, n.pk)
 	}
