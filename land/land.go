@@ -594,6 +594,10 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 
 	msg := l.message(pid)
 	if o.DryRun {
+		// The tree reported is in the store (as merge-tree's would be).
+		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
+			return "", err
+		}
 		out.Message = msg
 		out.Status = StatusDryRun
 		return StatusDryRun, nil

@@ -121,11 +121,19 @@ func TestLandHappyPath(t *testing.T) {
 }
 
 func TestLandDryRunChangesNothing(t *testing.T) {
-	for _, mode := range []string{ModeTree, ModeWorktree} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct{ mode, target string }{{ModeTree, "quiet"}, {ModeWorktree, "quiet"}, {ModeTree, "moved"}, {ModeWorktree, "moved"}} {
+		mode := tc.mode
+		t.Run(mode+" "+tc.target, func(t *testing.T) {
 			f := newFixture(t)
 			f.rules.gate = []policy.GateCommand{{Name: "ok", Argv: []string{"true"}, NeedsFiles: mode == ModeWorktree}}
-			id, _ := f.approved("a", change)
+			work := change
+			if tc.target == "moved" { // the squash is then made in process
+				work = map[string]string{"lib/new.go": "package lib\n", "docs/new.md": "n\n"}
+			}
+			id, _ := f.approved("a", work)
+			if tc.target == "moved" {
+				f.commit("refs/heads/main", "", map[string]string{"README.md": "# moved on\n"}, "unrelated")
+			}
 			before := f.snapshot()
 			var sb strings.Builder
 			out, err := f.land(id, func(o *Options) { o.DryRun = true; o.Out = &sb })
@@ -137,6 +145,9 @@ func TestLandDryRunChangesNothing(t *testing.T) {
 			}
 			if !strings.Contains(sb.String(), "would land "+id+" on main") {
 				t.Fatalf("output %q", sb.String())
+			}
+			if typ := f.git("cat-file", "-t", out.Tree); typ != "tree" {
+				t.Fatalf("the reported tree %s is a %q", out.Tree, typ)
 			}
 			if after := f.snapshot(); after != before {
 				t.Fatalf("dry run changed the repository:\n%s\n---\n%s", before, after)
