@@ -105,7 +105,7 @@
 // # What a dry run or refusal may leave
 //
 // The squash's tree objects (written by merge-tree, or in process before a
-// gate that checks the tree out) may stay in the object store, as may the
+// gate that checks the tree out and by a dry run) may stay in the object store, as may the
 // commit's and the note's when the process is killed or the target moves
 // at the last moment; they are unreferenced and `git gc` prunes them. The
 // commit and note objects written ahead for a landing that is then refused
