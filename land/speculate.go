@@ -32,7 +32,8 @@ type squashed struct {
 // speculation is the git work of one (tip, approved) pair.
 type speculation struct {
 	chDone, sqDone chan struct{}
-	treeDone       chan struct{}   // closed once tree and trees are known
+	treeDone       chan struct{} // closed once tree and trees are known
+	announced      sync.Once
 	tree           string          // the squash's tree ("": it failed)
 	trees          []looseObject   // its tree objects made in process
 	changes        []policy.Change // the policy diff's changes
@@ -71,86 +72,86 @@ func (l *lander) at(tip, approved string) *speculation {
 	go func() {
 		defer l.wg.Done()
 		defer close(s.sqDone)
-		treeKnown := sync.OnceFunc(func() { close(s.treeDone) })
-		defer treeKnown()
+		defer s.announce("", nil) // nothing to build on, if nothing was announced
 		if quiet {
-			s.tree = quietTree
-			treeKnown()
 			// The target has not moved since the work's base: the squash
 			// is the approved commit's own tree (merge-tree would give just
 			// that), and its canonical diff is the policy diff itself.
+			s.announce(quietTree, nil)
 			<-s.chDone
 			s.sq = squashed{tree: quietTree, pid: s.pid, err: s.chErr}
 			return
 		}
-		objs, err := l.lookup(tip+"^{tree}", approved+"^{commit}", approved+"^{tree}")
-		if err != nil {
-			s.sq.err = err
-			return
-		}
-		tipTree, approvedTree := objs[0].OID, objs[2].OID
-		// Mostly the target moved elsewhere and the merge base is the
-		// approved commit's parent: its own changes, read in process,
-		// apply to the tip's tree as it is, and the squash's canonical
-		// diff is the policy diff (squash.go). The tree is known (and the
-		// commit written ahead) before the policy diff ends; it stands
-		// once the policy diff shows the same changes.
-		var early []policy.Change
-		if c, err := parseCommit(objs[1].OID, objs[1].Content); err == nil && len(c.Parents) == 1 {
-			if pt, err := l.cat.get(c.Parents[0] + "^{tree}"); err == nil && pt.OID != "" {
-				early, _ = l.fileChanges(pt.OID, approvedTree)
-			}
-		}
-		var earlyTree string
-		var earlyTrees []looseObject
-		if len(early) > 0 {
-			var ok bool
-			if earlyTree, earlyTrees, ok = l.applyChanges(tipTree, approvedTree, early); ok {
-				s.tree, s.trees = earlyTree, earlyTrees
-				treeKnown()
-			}
-		}
-		if <-s.chDone; s.chErr != nil {
-			s.sq.err = s.chErr
-			return
-		}
-		if earlyTree != "" && sameChangeSet(early, s.changes) {
-			s.sq = squashed{tree: earlyTree, pid: s.pid, trees: earlyTrees}
-			return
-		}
-		if tree, trees, ok := l.applyChanges(tipTree, approvedTree, s.changes); ok {
-			if earlyTree == "" {
-				s.tree, s.trees = tree, trees
-				treeKnown()
-			}
-			s.sq = squashed{tree: tree, pid: s.pid, trees: trees}
-			return
-		}
-		tree, err := l.squash(ctx, tip, approved)
-		if err != nil {
-			s.sq.err = err
-			return
-		}
-		if earlyTree == "" {
-			s.tree = tree
-			treeKnown()
-		}
-		if l.sameChanges(tipTree, tree, s.changes) {
-			s.sq = squashed{tree: tree, pid: s.pid}
-			return
-		}
-		d, err := l.differ()
-		if err != nil {
-			s.sq.err = err
-			return
-		}
-		pid, err := d.Diff(ctx, tipTree, tree, nil)
-		if err != nil {
-			err = fmt.Errorf("patch-id of the squash: %w", err)
-		}
-		s.sq = squashed{tree: tree, pid: pid, err: err}
+		s.sq = l.squashMoved(ctx, s, tip, approved)
 	}()
 	return s
+}
+
+// announce makes tree, and the tree objects made in process for it, the
+// squash the commit is written ahead for (prewrite); only the first call
+// counts.
+func (s *speculation) announce(tree string, trees []looseObject) {
+	s.announced.Do(func() {
+		s.tree, s.trees = tree, trees
+		close(s.treeDone)
+	})
+}
+
+// squashMoved squashes the approved commit onto a tip that is not its
+// parent. Mostly the target moved elsewhere and the merge base is the
+// approved commit's parent: its own changes, read in process, apply to the
+// tip's tree as it is, and the squash's canonical diff is the policy diff
+// (squash.go). That tree is announced before the policy diff ends, and
+// stands once the policy diff shows the same changes. Otherwise the policy
+// diff's changes are applied, and when they do not apply, merge-tree
+// squashes and git diffs its tree (unless it has the same changes).
+func (l *lander) squashMoved(ctx context.Context, s *speculation, tip, approved string) squashed {
+	objs, err := l.lookup(tip+"^{tree}", approved+"^{commit}", approved+"^{tree}")
+	if err != nil {
+		return squashed{err: err}
+	}
+	tipTree, approvedTree := objs[0].OID, objs[2].OID
+	var early []policy.Change
+	if c, err := parseCommit(objs[1].OID, objs[1].Content); err == nil && len(c.Parents) == 1 {
+		if pt, err := l.cat.get(c.Parents[0] + "^{tree}"); err == nil && pt.OID != "" {
+			early, _ = l.fileChanges(pt.OID, approvedTree)
+		}
+	}
+	var sq squashed
+	earlyOK := false
+	if len(early) > 0 {
+		if sq.tree, sq.trees, earlyOK = l.applyChanges(tipTree, approvedTree, early); earlyOK {
+			s.announce(sq.tree, sq.trees)
+		}
+	}
+	if <-s.chDone; s.chErr != nil {
+		return squashed{err: s.chErr}
+	}
+	if earlyOK && sameChangeSet(early, s.changes) {
+		sq.pid = s.pid
+		return sq
+	}
+	if tree, trees, ok := l.applyChanges(tipTree, approvedTree, s.changes); ok {
+		s.announce(tree, trees)
+		return squashed{tree: tree, pid: s.pid, trees: trees}
+	}
+	tree, err := l.squash(ctx, tip, approved)
+	if err != nil {
+		return squashed{err: err}
+	}
+	s.announce(tree, nil)
+	if l.sameChanges(tipTree, tree, s.changes) {
+		return squashed{tree: tree, pid: s.pid}
+	}
+	d, err := l.differ()
+	if err != nil {
+		return squashed{err: err}
+	}
+	pid, err := d.Diff(ctx, tipTree, tree, nil)
+	if err != nil {
+		err = fmt.Errorf("patch-id of the squash: %w", err)
+	}
+	return squashed{tree: tree, pid: pid, err: err}
 }
 
 // mergeBase returns the merge base of tip and the approved commit; ""
