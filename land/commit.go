@@ -185,9 +185,11 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 }
 
 // startUpdate starts the `git update-ref --stdin` that moves the target and
-// the notes ref in one transaction once it is given their updates.
+// the notes ref in one transaction once it is given their updates; their
+// reflog entries name the landing's committer.
 func (l *lander) startUpdate(ctx context.Context) *patch.Started {
-	return l.g.Start(ctx, "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
+	g := l.g.WithEnv("GIT_COMMITTER_NAME="+l.o.Committer.Name, "GIT_COMMITTER_EMAIL="+l.o.Committer.Email)
+	return g.Start(ctx, "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
 }
 
 // landingObjects builds the landed commit (msg on tree, parent tip) and its

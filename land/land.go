@@ -293,6 +293,26 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	l.key = lockKey(g.GitDir, l.ref)
 	l.dataDir = filepath.Join(o.DataRoot, "land", l.key)
 
+	// What every landing needs starts now, beside the lock and the reads:
+	// the neutral git dir of its diffs and, unless it is a dry run, the
+	// compare-and-swap's git (given its transaction once the commit is
+	// written, commit.go).
+	bg, cancel := context.WithCancel(ctx)
+	l.bg = bg
+	l.startDiffer()
+	if !o.DryRun {
+		l.update = l.startUpdate(bg)
+	}
+	defer func() {
+		if l.update != nil {
+			l.update.Abandon() // a refusal: an empty transaction
+		}
+		cancel() // stops what a refusal left running
+		l.dropPrewritten()
+		l.wg.Wait()
+		l.closeDiffer()
+	}()
+
 	// Landings on one target serialize on this lock (held through the gate).
 	lock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
 	if err != nil {
@@ -337,23 +357,6 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(ld), nil
 	}
-	bg, cancel := context.WithCancel(ctx)
-	l.bg = bg
-	l.startDiffer()
-	if !o.DryRun {
-		// The compare-and-swap's git starts now and is given the
-		// transaction once the commit is written (commit.go).
-		l.update = l.startUpdate(bg)
-	}
-	defer func() {
-		if l.update != nil {
-			l.update.Abandon() // a refusal: an empty transaction
-		}
-		cancel() // stops what a refusal left running
-		l.dropPrewritten()
-		l.wg.Wait()
-		l.closeDiffer()
-	}()
 	refs, err := patch.ReadRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below

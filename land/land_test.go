@@ -58,6 +58,11 @@ func TestLandHappyPath(t *testing.T) {
 			if p := f.rev(head + "^"); p != tip {
 				t.Fatalf("parent %s, want old tip %s", p, tip)
 			}
+			for _, ref := range []string{"refs/heads/main", NotesRef} {
+				if got, want := f.git("reflog", "-1", "--format=%gn <%ge> %gs", ref), "conductor <conductor@localhost> conductor land "+id; got != want {
+					t.Fatalf("%s reflog: %q, want %q", ref, got, want)
+				}
+			}
 			if f.rev(head+"^2") != "" {
 				t.Fatal("landed commit is a merge, want one squashed commit")
 			}
