@@ -275,19 +275,68 @@ func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, e
 			return "", nil, fmt.Errorf("notes tree %s: %w", c.Tree, err)
 		}
 	}
-	entries = slices.DeleteFunc(entries, func(e treeEntry) bool { return e.Name == commit })
-	entries = append(entries, treeEntry{Mode: "100644", Name: commit, OID: blob})
-	raw, err := encodeTree(entries)
+	objs, err := l.addNote(entries, commit, blob)
 	if err != nil {
 		return "", nil, err
 	}
-	tree := newObject("tree", raw)
-	body := "tree " + tree.oid + "\n"
+	body := "tree " + objs[len(objs)-1].oid + "\n"
 	if cur.OID != "" {
 		body += "parent " + cur.OID + "\n"
 	}
 	body += "author " + who + "\ncommitter " + who + "\n\nNotes added by 'conductor land'\n"
-	return cur.OID, []looseObject{tree, newObject("commit", []byte(body))}, nil
+	return cur.OID, append(objs, newObject("commit", []byte(body))), nil
+}
+
+// maxFlatNotes is how many notes the notes tree holds at its top level
+// before new ones go into fan-out folders.
+const maxFlatNotes = 256
+
+// addNote returns the tree objects of the notes tree whose top level is
+// root with the note blob for commit added (or replaced), the new top
+// level last. Notes are named after the commit, at the top level while
+// there are few; past maxFlatNotes a new one goes into the fan-out folder
+// of its first two hex digits ("ab/cdef…", git's own layout, which `git
+// notes` reads), so a landing rewrites two small trees however many notes
+// there are, not one tree of them all.
+func (l *lander) addNote(root []treeEntry, commit, blob string) ([]looseObject, error) {
+	dir, rest := commit[:2], commit[2:]
+	flat, d := 0, -1
+	for i, e := range root {
+		switch {
+		case e.Name == commit:
+			flat = -1 // replaced where it is
+		case e.Name == dir && e.Mode == treeMode:
+			d = i
+		case len(e.Name) == len(commit) && flat >= 0:
+			flat++
+		}
+	}
+	var objs []looseObject
+	note := treeEntry{Mode: "100644", Name: commit, OID: blob}
+	if flat >= maxFlatNotes || (d >= 0 && flat >= 0) {
+		var sub []treeEntry
+		if d >= 0 {
+			var ok bool
+			if sub, ok = l.treeEntries(root[d].OID); !ok {
+				return nil, fmt.Errorf("notes tree: fan-out folder %s of %s unreadable", dir, NotesRef)
+			}
+			root = slices.Delete(slices.Clone(root), d, d+1)
+		}
+		sub = slices.DeleteFunc(sub, func(e treeEntry) bool { return e.Name == rest })
+		raw, err := encodeTree(append(sub, treeEntry{Mode: "100644", Name: rest, OID: blob}))
+		if err != nil {
+			return nil, err
+		}
+		t := newObject("tree", raw)
+		objs = append(objs, t)
+		note = treeEntry{Mode: treeMode, Name: dir, OID: t.oid}
+	}
+	root = slices.DeleteFunc(slices.Clone(root), func(e treeEntry) bool { return e.Name == note.Name })
+	raw, err := encodeTree(append(root, note))
+	if err != nil {
+		return nil, err
+	}
+	return append(objs, newObject("tree", raw)), nil
 }
 
 // findLanded looks for a commit carrying this decision's Decision-Id trailer

@@ -262,3 +262,68 @@ func TestPrewriteLeavesNothingBehind(t *testing.T) {
 	}
 	f.git("fsck", "--strict", "--no-dangling")
 }
+
+// TestNotesFanOut: past maxFlatNotes notes at the top level of the notes
+// tree, a new note goes into the fan-out folder of its first two hex
+// digits; git reads every note of the mixed layout, a note is replaced
+// where it is, and the store stays valid.
+func TestNotesFanOut(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	who, err := ident{Name: "T", Email: "t@example.test", Date: "1767225600 +0000"}.line()
+	if err != nil {
+		t.Fatal(err)
+	}
+	filler := newObject("blob", []byte("filler\n"))
+	var flat []treeEntry
+	for i := range maxFlatNotes {
+		flat = append(flat, treeEntry{Mode: "100644", Name: fmt.Sprintf("%040x", i*7919+1), OID: filler.oid})
+	}
+	raw, err := encodeTree(flat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree := newObject("tree", raw)
+	c := newObject("commit", []byte("tree "+tree.oid+"\nauthor "+who+"\ncommitter "+who+"\n\nnotes\n"))
+	if _, err := writeObjects(f.gitdir, filler, tree, c); err != nil {
+		t.Fatal(err)
+	}
+	f.git("update-ref", NotesRef, c.oid)
+
+	// note adds (or replaces) the note on commit through noteObjects.
+	note := func(commit, text string) {
+		t.Helper()
+		l := &lander{g: f.g, cat: newBatch(ctx, f.g)}
+		defer l.cat.close()
+		blob := newObject("blob", []byte(text))
+		old, objs, err := l.noteObjects(commit, blob.oid, who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := writeObjects(f.gitdir, append(objs, blob)...); err != nil {
+			t.Fatal(err)
+		}
+		f.git("update-ref", NotesRef, objs[len(objs)-1].oid, old)
+	}
+	work := f.commit("refs/heads/work/n", "", map[string]string{"n.txt": "n\n"}, "annotated")
+	note(work, "first\n")
+	if got := f.git("notes", "--ref="+NotesRef, "show", work); got != "first" {
+		t.Fatalf("note on %s: %q", work, got)
+	}
+	if typ := f.git("cat-file", "-t", NotesRef+"^{tree}:"+work[:2]); typ != "tree" {
+		t.Fatalf("the 257th note is not in a fan-out folder: %s", typ)
+	}
+	note(work, "second\n")
+	if got := f.git("notes", "--ref="+NotesRef, "show", work); got != "second" {
+		t.Fatalf("replaced note on %s: %q", work, got)
+	}
+	note(flat[3].Name, "flat, replaced\n")
+	list := strings.Split(f.git("notes", "--ref="+NotesRef, "list"), "\n")
+	if len(list) != maxFlatNotes+1 {
+		t.Fatalf("git lists %d notes, want %d", len(list), maxFlatNotes+1)
+	}
+	if got := f.git("cat-file", "blob", NotesRef+"^{tree}:"+flat[3].Name); got != "flat, replaced" {
+		t.Fatalf("flat note replaced as %q", got)
+	}
+	f.git("fsck", "--strict", "--no-dangling")
+}
