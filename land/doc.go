@@ -91,7 +91,9 @@
 // The landed commit keeps the approved commit's message (its own trailers
 // dropped) and adds Decision-Id, Reviewed-Commit, Patch-Id, Run-Id, Task-Id
 // (when known) and Model trailers; a JSON Receipt is attached as a git note on
-// refs/notes/conductor. Audit re-derives the patch-id from the commit's first
+// refs/notes/conductor (past 256 notes at its top level, new ones go into
+// git's two-hex-digit fan-out folders, so a landing's note costs the same
+// however many there are). Audit re-derives the patch-id from the commit's first
 // parent and compares it with the trailers, the note and the store.
 //
 // # A checked-out target
