@@ -31,9 +31,10 @@ import (
 // by a repack, a damaged entry, an object only in an alternate — answers
 // "not here", and the landing asks cat-file, which says what is wrong.
 type packs struct {
-	dir  string // objects/pack
-	once sync.Once
-	list []*pack
+	dir   string // objects/pack
+	limit int64  // maxObject (smaller in the fuzz test)
+	once  sync.Once
+	list  []*pack
 
 	mu sync.Mutex // guards the packs' lazily opened files
 }
@@ -43,21 +44,26 @@ type pack struct {
 	name   string // path without the extension
 	opened bool
 	bad    bool // unreadable: skipped
-	idx    *os.File
-	data   *os.File
+	files  []*os.File
+	idx    io.ReaderAt
+	data   io.ReaderAt
 	size   int64 // of data
 	count  uint32
 	fanout [256]uint32
 }
 
-// maxObject bounds what is read in process (cat-file answers the rest).
+// maxObject bounds what is read in process (cat-file answers the rest):
+// the size of an object, and of what one read produces along its delta
+// chain (twice that).
 const maxObject = 64 << 20
 
 // maxDeltaChain bounds a delta chain (git's own default depth is 50; a
 // deeper chain is handed to cat-file).
 const maxDeltaChain = 4096
 
-func newPacks(objects string) *packs { return &packs{dir: filepath.Join(objects, "pack")} }
+func newPacks(objects string) *packs {
+	return &packs{dir: filepath.Join(objects, "pack"), limit: maxObject}
+}
 
 // read returns the object id (40 hex) from a pack; false when no pack has
 // it or it cannot be read here.
@@ -91,11 +97,8 @@ func (p *packs) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pk := range p.list {
-		if pk.idx != nil {
-			pk.idx.Close()
-		}
-		if pk.data != nil {
-			pk.data.Close()
+		for _, f := range pk.files {
+			f.Close()
 		}
 	}
 }
@@ -128,7 +131,7 @@ func (p *packs) scan() {
 	}
 }
 
-// open reads the index's header and fan-out and opens the pack.
+// open opens the index and the pack and loads the index's header.
 func (pk *pack) open() bool {
 	if pk.opened {
 		return !pk.bad
@@ -138,7 +141,28 @@ func (pk *pack) open() bool {
 	if err != nil {
 		return false
 	}
-	pk.idx = idx
+	pk.files = append(pk.files, idx)
+	data, err := os.Open(pk.name + ".pack")
+	if err != nil {
+		return false
+	}
+	pk.files = append(pk.files, data)
+	ifi, err := idx.Stat()
+	if err != nil {
+		return false
+	}
+	dfi, err := data.Stat()
+	if err != nil {
+		return false
+	}
+	pk.bad = !pk.load(idx, ifi.Size(), data, dfi.Size())
+	return !pk.bad
+}
+
+// load reads the index's header and fan-out table, and checks that the
+// index is as long as they say.
+func (pk *pack) load(idx io.ReaderAt, idxSize int64, data io.ReaderAt, size int64) bool {
+	pk.idx, pk.data, pk.size = idx, data, size
 	var head [8 + 256*4]byte
 	if _, err := idx.ReadAt(head[:], 0); err != nil || !bytes.Equal(head[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
 		return false
@@ -150,18 +174,8 @@ func (pk *pack) open() bool {
 		}
 	}
 	pk.count = pk.fanout[255]
-	data, err := os.Open(pk.name + ".pack")
-	if err != nil {
-		return false
-	}
-	pk.data = data
-	fi, err := data.Stat()
-	if err != nil || fi.Size() < 32 {
-		return false
-	}
-	pk.size = fi.Size()
-	pk.bad = false
-	return true
+	// Names, CRCs and offsets, then the two checksums (64-bit offsets may follow).
+	return size >= 32 && idxSize >= int64(8+256*4)+28*int64(pk.count)+40
 }
 
 // find returns the pack offset of the object id.
@@ -218,14 +232,18 @@ const (
 var packTypes = map[byte]string{packCommit: "commit", packTree: "tree", packBlob: "blob", packTag: "tag"}
 
 // entry returns the object at off: its type and content, deltas applied.
+// The work is bounded: a chain that loops, or whose deltas together would
+// produce more than twice the size limit, is left to cat-file.
 func (pk *pack) entry(ps *packs, off int64, depth int) (string, []byte, error) {
 	var deltas [][]byte // outermost first
+	seen := map[packed]bool{}
 	for ; ; depth++ {
-		if depth > maxDeltaChain {
-			return "", nil, errors.New("delta chain too deep")
+		if depth > maxDeltaChain || seen[packed{pk, off}] {
+			return "", nil, errors.New("delta chain too deep, or looping")
 		}
+		seen[packed{pk, off}] = true
 		r := bufio.NewReaderSize(io.NewSectionReader(pk.data, off, pk.size-20-off), 4096)
-		typ, size, err := entryHeader(r)
+		typ, size, err := entryHeader(r, ps.limit)
 		if err != nil {
 			return "", nil, err
 		}
@@ -250,9 +268,13 @@ func (pk *pack) entry(ps *packs, off int64, depth int) (string, []byte, error) {
 		name, plain := packTypes[typ]
 		switch {
 		case plain:
+			work := int64(len(body))
 			for i := len(deltas) - 1; i >= 0; i-- {
-				if body, err = applyDelta(body, deltas[i]); err != nil {
+				if body, err = applyDelta(body, deltas[i], ps.limit); err != nil {
 					return "", nil, err
+				}
+				if work += int64(len(body)); work > 2*ps.limit {
+					return "", nil, errors.New("delta chain too costly to read here")
 				}
 			}
 			return name, body, nil
@@ -288,7 +310,7 @@ func (p *packs) findAny(id [20]byte) (packed, bool) {
 }
 
 // entryHeader reads a pack entry's type and inflated size.
-func entryHeader(r io.ByteReader) (byte, int64, error) {
+func entryHeader(r io.ByteReader, limit int64) (byte, int64, error) {
 	c, err := r.ReadByte()
 	if err != nil {
 		return 0, 0, err
@@ -303,7 +325,7 @@ func entryHeader(r io.ByteReader) (byte, int64, error) {
 		}
 		size |= int64(c&0x7f) << shift
 	}
-	if size > maxObject {
+	if size > limit {
 		return 0, 0, errors.New("object too large to read here")
 	}
 	return typ, size, nil
@@ -335,16 +357,22 @@ func inflate(r io.Reader, size int64) ([]byte, error) {
 		return nil, err
 	}
 	defer zr.Close()
-	body := make([]byte, size)
-	if _, err := io.ReadFull(zr, body); err != nil {
+	// Read as it inflates (a damaged entry fails before its stated size is
+	// ever allocated).
+	var body bytes.Buffer
+	body.Grow(int(min(size, 64<<10)))
+	if _, err := io.Copy(&body, io.LimitReader(zr, size)); err != nil {
 		return nil, err
 	}
-	return body, nil
+	if int64(body.Len()) != size {
+		return nil, errors.New("short pack entry")
+	}
+	return body.Bytes(), nil
 }
 
 // applyDelta applies a git delta (base size, result size, then copy and
 // insert instructions) to base.
-func applyDelta(base, delta []byte) ([]byte, error) {
+func applyDelta(base, delta []byte, limit int64) ([]byte, error) {
 	bad := errors.New("malformed delta")
 	varint := func() (int, bool) {
 		v, shift := 0, 0
@@ -366,10 +394,10 @@ func applyDelta(base, delta []byte) ([]byte, error) {
 		return nil, bad
 	}
 	dstSize, ok := varint()
-	if !ok || dstSize > maxObject {
+	if !ok || int64(dstSize) > limit {
 		return nil, bad
 	}
-	out := make([]byte, 0, dstSize)
+	out := make([]byte, 0, min(dstSize, 1<<20)) // grows as the instructions prove the size
 	for len(delta) > 0 {
 		op := delta[0]
 		delta = delta[1:]
