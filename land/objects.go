@@ -195,6 +195,18 @@ func (b *batch) read(id string) (object, bool) {
 	return b.packs.read(id)
 }
 
+// has reports whether the object store has the object id, loose or
+// packed (without reading it).
+func (b *batch) has(id string) bool {
+	if !patch.IsObjectID(id) {
+		return false
+	}
+	if _, err := os.Lstat(filepath.Join(b.objects, id[:2], id[2:])); err == nil {
+		return true
+	}
+	return b.packs.has(id)
+}
+
 // readLoose reads a loose object.
 func (b *batch) readLoose(id string) (object, bool) {
 	f, err := os.Open(filepath.Join(b.objects, id[:2], id[2:]))

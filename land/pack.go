@@ -92,6 +92,19 @@ func (p *packs) read(id string) (object, bool) {
 	return object{}, false
 }
 
+// has reports whether a pack lists the object id (40 hex).
+func (p *packs) has(id string) bool {
+	var want [20]byte
+	if _, err := hex.Decode(want[:], []byte(id)); err != nil {
+		return false
+	}
+	p.once.Do(p.scan)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.findAny(want)
+	return ok
+}
+
 // close closes the packs' files.
 func (p *packs) close() {
 	p.mu.Lock()

@@ -101,7 +101,7 @@ func (l *lander) applyChanges(tipTree, approvedTree string, changes []policy.Cha
 		}
 	}
 	var objs []looseObject
-	id, ok := store(root, &objs)
+	id, ok := l.store(root, &objs)
 	return id, objs, ok && id != ""
 }
 
@@ -204,12 +204,14 @@ func (l *lander) countFiles(id string, limit int) int {
 	return n
 }
 
-// store encodes f's edited folders bottom up, appending the new tree
-// objects to objs, and returns f's tree id ("" for an empty folder, which
-// git does not keep).
-func store(f *folder, objs *[]looseObject) (string, bool) {
+// store encodes f's edited folders bottom up, appending the tree objects
+// the object store lacks to objs (a folder the tip did not change since the
+// work's base is, once edited, the approved commit's own, already stored),
+// and returns f's tree id ("" for an empty folder, which git does not
+// keep).
+func (l *lander) store(f *folder, objs *[]looseObject) (string, bool) {
 	for name, sub := range f.sub {
-		id, ok := store(sub, objs)
+		id, ok := l.store(sub, objs)
 		if !ok {
 			return "", false
 		}
@@ -232,7 +234,9 @@ func store(f *folder, objs *[]looseObject) (string, bool) {
 		return "", false
 	}
 	o := newObject("tree", raw)
-	*objs = append(*objs, o)
+	if !l.cat.has(o.oid) {
+		*objs = append(*objs, o)
+	}
 	return o.oid, true
 }
 

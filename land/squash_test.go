@@ -64,6 +64,28 @@ func TestSquashInProcess(t *testing.T) {
 			base := f.rev("refs/heads/main")
 			work := f.commit("refs/heads/work/x", base, tc.work, "work")
 			tip := f.commit("refs/heads/main", base, tc.tip, "tip")
+			tipTree := f.rev(tip + "^{tree}")
+			// Applied in process first: the trees it lists are exactly the
+			// ones the store lacks (before merge-tree writes them).
+			var policyDiff bytes.Buffer
+			if _, err := patch.DiffTrees(ctx, f.g, base, work, &policyDiff); err != nil {
+				t.Fatal(err)
+			}
+			changes, err := policy.ParseChanges(bytes.NewReader(policyDiff.Bytes()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l2 := &lander{cat: newBatch(ctx, f.g)}
+			defer l2.cat.close()
+			applied, trees, ok := l2.applyChanges(tipTree, f.rev(work+"^{tree}"), changes)
+			for _, o := range trees {
+				if f.rev(o.oid+"^{tree}") != "" {
+					t.Fatalf("tree %s listed to write, but already stored", o.oid)
+				}
+			}
+			if tc.name == "disjoint files" && len(trees) != 1 {
+				t.Fatalf("disjoint files: %d new trees, want only the root (the changed folders are the work's own)", len(trees))
+			}
 			cmd := exec.Command("git", "--git-dir="+f.gitdir, "merge-tree", "--write-tree", tip, work)
 			cmd.Env = gitEnv(f.home)
 			mt, err := cmd.Output()
@@ -73,16 +95,6 @@ func TestSquashInProcess(t *testing.T) {
 				t.Fatalf("merge-tree: %v", err)
 			}
 			merged := strings.Fields(string(mt))[0]
-			tipTree := f.rev(tip + "^{tree}")
-
-			var policyDiff bytes.Buffer
-			if _, err := patch.DiffTrees(ctx, f.g, base, work, &policyDiff); err != nil {
-				t.Fatal(err)
-			}
-			changes, err := policy.ParseChanges(bytes.NewReader(policyDiff.Bytes()))
-			if err != nil {
-				t.Fatal(err)
-			}
 			l := &lander{cat: newBatch(ctx, f.g)}
 			defer l.cat.close()
 			// same says whether from..to has the policy diff's changes; it
@@ -99,9 +111,6 @@ func TestSquashInProcess(t *testing.T) {
 				}
 				return got, equal
 			}
-			l2 := &lander{cat: newBatch(ctx, f.g)}
-			defer l2.cat.close()
-			applied, trees, ok := l2.applyChanges(tipTree, f.rev(work+"^{tree}"), changes)
 			if conflict {
 				if ok {
 					t.Fatalf("merge-tree finds a conflict, the change was applied in process as %s", applied)
