@@ -36,7 +36,10 @@ type packs struct {
 	once  sync.Once
 	list  []*pack
 
-	mu sync.Mutex // guards the packs' lazily opened files
+	mu        sync.Mutex // guards the packs' lazily opened files and what follows
+	zr        io.ReadCloser
+	kept      map[packed]keptObject
+	keptBytes int
 }
 
 // pack is one .idx/.pack pair, opened on first use.
@@ -245,24 +248,37 @@ const (
 var packTypes = map[byte]string{packCommit: "commit", packTree: "tree", packBlob: "blob", packTag: "tag"}
 
 // entry returns the object at off: its type and content, deltas applied.
+// The objects met along a delta chain are kept (small ones, up to a
+// budget): a landing reads several trees whose chains share their bases.
 // The work is bounded: a chain that loops, or whose deltas together would
 // produce more than twice the size limit, is left to cat-file.
 func (pk *pack) entry(ps *packs, off int64, depth int) (string, []byte, error) {
-	var deltas [][]byte // outermost first
+	type link struct {
+		at    packed
+		delta []byte
+	}
+	var chain []link // outermost first
 	seen := map[packed]bool{}
+	var typ string
+	var body []byte
 	for ; ; depth++ {
-		if depth > maxDeltaChain || seen[packed{pk, off}] {
+		at := packed{pk, off}
+		if c, ok := ps.kept[at]; ok {
+			typ, body = c.typ, c.body
+			break
+		}
+		if depth > maxDeltaChain || seen[at] {
 			return "", nil, errors.New("delta chain too deep, or looping")
 		}
-		seen[packed{pk, off}] = true
+		seen[at] = true
 		r := bufio.NewReaderSize(io.NewSectionReader(pk.data, off, pk.size-20-off), 4096)
-		typ, size, err := entryHeader(r, ps.limit)
+		kind, size, err := entryHeader(r, ps.limit)
 		if err != nil {
 			return "", nil, err
 		}
 		var baseOff int64
 		var baseID [20]byte
-		switch typ {
+		switch kind {
 		case packOfsDelta:
 			rel, err := ofsDelta(r)
 			if err != nil || rel <= 0 || rel > off {
@@ -274,37 +290,67 @@ func (pk *pack) entry(ps *packs, off int64, depth int) (string, []byte, error) {
 				return "", nil, err
 			}
 		}
-		body, err := inflate(r, size)
+		data, err := ps.inflate(r, size)
 		if err != nil {
 			return "", nil, err
 		}
-		name, plain := packTypes[typ]
-		switch {
-		case plain:
-			work := int64(len(body))
-			for i := len(deltas) - 1; i >= 0; i-- {
-				if body, err = applyDelta(body, deltas[i], ps.limit); err != nil {
-					return "", nil, err
-				}
-				if work += int64(len(body)); work > 2*ps.limit {
-					return "", nil, errors.New("delta chain too costly to read here")
-				}
-			}
-			return name, body, nil
-		case typ == packOfsDelta:
-			deltas = append(deltas, body)
+		if name, plain := packTypes[kind]; plain {
+			typ, body = name, data
+			ps.keep(at, typ, body)
+			break
+		}
+		chain = append(chain, link{at, data})
+		switch kind {
+		case packOfsDelta:
 			off = baseOff
-		case typ == packRefDelta:
-			deltas = append(deltas, body)
+		case packRefDelta:
 			base, ok := ps.findAny(baseID)
 			if !ok {
 				return "", nil, errors.New("delta base not in a pack")
 			}
 			pk, off = base.pk, base.off
 		default:
-			return "", nil, fmt.Errorf("unknown pack entry type %d", typ)
+			return "", nil, fmt.Errorf("unknown pack entry type %d", kind)
 		}
 	}
+	work := int64(len(body))
+	for i := len(chain) - 1; i >= 0; i-- {
+		var err error
+		if body, err = applyDelta(body, chain[i].delta, ps.limit); err != nil {
+			return "", nil, err
+		}
+		if work += int64(len(body)); work > 2*ps.limit {
+			return "", nil, errors.New("delta chain too costly to read here")
+		}
+		ps.keep(chain[i].at, typ, body)
+	}
+	return typ, body, nil
+}
+
+// keptObject is an object read along a delta chain.
+type keptObject struct {
+	typ  string
+	body []byte
+}
+
+// Bounds of what packs keeps: objects up to keepObject bytes, keepTotal in
+// all (a landing's commits and trees are a few KB each).
+const (
+	keepObject = 256 << 10
+	keepTotal  = 16 << 20
+)
+
+// keep remembers the object at at; p.mu is held. Kept bodies are shared:
+// nobody writes to an object's content.
+func (p *packs) keep(at packed, typ string, body []byte) {
+	if len(body) > keepObject || p.keptBytes+len(body) > keepTotal {
+		return
+	}
+	if p.kept == nil {
+		p.kept = map[packed]keptObject{}
+	}
+	p.kept[at] = keptObject{typ, body}
+	p.keptBytes += len(body)
 }
 
 type packed struct {
@@ -363,18 +409,23 @@ func ofsDelta(r io.ByteReader) (int64, error) {
 	return rel, nil
 }
 
-// inflate reads exactly size bytes of zlib data from r.
-func inflate(r io.Reader, size int64) ([]byte, error) {
-	zr, err := zlib.NewReader(r)
+// inflate reads exactly size bytes of zlib data from r, with one
+// decompressor reused for every read (p.mu is held).
+func (p *packs) inflate(r io.Reader, size int64) ([]byte, error) {
+	var err error
+	if p.zr == nil {
+		p.zr, err = zlib.NewReader(r)
+	} else {
+		err = p.zr.(zlib.Resetter).Reset(r, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
 	// Read as it inflates (a damaged entry fails before its stated size is
 	// ever allocated).
 	var body bytes.Buffer
 	body.Grow(int(min(size, 64<<10)))
-	if _, err := io.Copy(&body, io.LimitReader(zr, size)); err != nil {
+	if _, err := io.Copy(&body, io.LimitReader(p.zr, size)); err != nil {
 		return nil, err
 	}
 	if int64(body.Len()) != size {
