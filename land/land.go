@@ -215,7 +215,7 @@ type lander struct {
 	trees    []looseObject  // the squash's trees made in process, written with the commit
 	cat      *batch         // the landing's one cat-file process
 	update   *patch.Started // `update-ref --stdin`, started early (nil: start one when needed)
-	now      time.Time      // the landing's time: its commit's and note's committer date
+	now      time.Time      // its commit's and note's committer date: the landing's start, or the gate's end
 
 	pre  []*prewritten   // objects written ahead (speculate.go)
 	keep map[string]bool // ids handed to a ref transaction: never removed
@@ -594,6 +594,9 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		return "", gateFailed(results)
 	}
 	o.Fault("gate")
+	if len(results) > 0 {
+		l.now = o.Now() // the commit is made after its gate (nothing was written ahead)
+	}
 
 	msg := l.message(pid)
 	if o.DryRun {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/policy"
@@ -164,6 +166,36 @@ func TestLandDryRunChangesNothing(t *testing.T) {
 			real, err := f.land(id, nil)
 			if err != nil || f.rev(real.Commit+"^{tree}") != out.Tree {
 				t.Fatalf("land after dry run: %+v %v (dry-run tree %s)", real, err, out.Tree)
+			}
+		})
+	}
+}
+
+// TestLandCommitterDate: the landed commit is dated when the landing
+// starts (its objects may be written ahead), or, after a gate, when the
+// gate has passed.
+func TestLandCommitterDate(t *testing.T) {
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	for _, gated := range []bool{false, true} {
+		t.Run(fmt.Sprint("gated=", gated), func(t *testing.T) {
+			f := newFixture(t)
+			if gated {
+				f.rules.gate = []policy.GateCommand{{Name: "ok", Argv: []string{"true"}}}
+			}
+			id, _ := f.approved("a", change)
+			calls := 0
+			out, err := f.land(id, func(o *Options) {
+				o.Now = func() time.Time { calls++; return start.Add(time.Duration(calls-1) * time.Hour) }
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := start
+			if gated {
+				want = start.Add(time.Hour) // the first reading after the gate
+			}
+			if got := f.git("log", "-1", "--format=%ct", out.Commit); got != fmt.Sprint(want.Unix()) {
+				t.Fatalf("committer date %s, want %d", got, want.Unix())
 			}
 		})
 	}
