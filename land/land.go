@@ -571,9 +571,10 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if o.Worktree || needsFiles(gate) {
 		out.Mode = ModeWorktree
 	}
-	if wt != nil || out.Mode == ModeWorktree {
-		// git reads the squash's tree before the commit: it must be in
-		// the store (a tree made in process is written with the commit).
+	if wt != nil || out.Mode == ModeWorktree || o.DryRun {
+		// git reads the squash's tree before the commit, or a dry run
+		// reports it: it must be in the store (otherwise a tree made in
+		// process is written with the commit).
 		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
 			return "", err
 		}
@@ -600,10 +601,6 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 
 	msg := l.message(pid)
 	if o.DryRun {
-		// The tree reported is in the store (as merge-tree's would be).
-		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
-			return "", err
-		}
 		out.Message = msg
 		out.Status = StatusDryRun
 		return StatusDryRun, nil

@@ -75,6 +75,19 @@ func newRepo(t testing.TB) string {
 	return dir
 }
 
+// committedRepo is newRepo with one commit (file f); it returns the
+// folder and the commit's id.
+func committedRepo(t testing.TB) (string, string) {
+	t.Helper()
+	repo := newRepo(t)
+	if err := os.WriteFile(filepath.Join(repo, "f"), []byte("f\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testGit(t, repo, nil, "add", ".")
+	testGit(t, repo, nil, "commit", "-q", "-m", "c")
+	return repo, strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+}
+
 // genFile is one file of a generated tree.
 type genFile struct {
 	mode string // 100644, 100755, 120000

@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 )
 
@@ -12,11 +11,7 @@ import (
 // git; a broken ref is an error (the caller asks git).
 func TestReadRefs(t *testing.T) {
 	requireGit(t)
-	repo := newRepo(t)
-	os.WriteFile(filepath.Join(repo, "f"), []byte("f\n"), 0o644)
-	testGit(t, repo, nil, "add", ".")
-	testGit(t, repo, nil, "commit", "-q", "-m", "c")
-	head := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+	repo, head := committedRepo(t)
 	testGit(t, repo, nil, "update-ref", "refs/heads/packed", head)
 	testGit(t, repo, nil, "pack-refs", "--all")
 	testGit(t, repo, nil, "update-ref", "refs/heads/loose", head)

@@ -3,7 +3,6 @@ package patch
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,11 +13,7 @@ import (
 // failure is a *GitError carrying git's message; Wait may be repeated.
 func TestStarted(t *testing.T) {
 	requireGit(t)
-	repo := newRepo(t)
-	os.WriteFile(filepath.Join(repo, "f"), []byte("f\n"), 0o644)
-	testGit(t, repo, nil, "add", ".")
-	testGit(t, repo, nil, "commit", "-q", "-m", "c")
-	head := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+	repo, head := committedRepo(t)
 	g := Git{GitDir: filepath.Join(repo, ".git")}
 	ctx := context.Background()
 
