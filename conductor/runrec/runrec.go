@@ -71,7 +71,25 @@ type Result struct {
 	Branch           string    `json:"branch,omitempty"`
 	PatchID          string    `json:"patchId"`
 	FilesChanged     []string  `json:"filesChanged"`
-	Error            string    `json:"error,omitempty"`
+	// Hazards are what the host found in the worktree and removed or left
+	// out before any host git touched it (nested repositories, special
+	// files, unsafe names). Review refuses a run that has any.
+	Hazards []Hazard `json:"hazards,omitempty"`
+	Error   string   `json:"error,omitempty"`
+}
+
+// Hazard codes: each is also a review refusal code (docs/refusals.md).
+const (
+	HazardNestedRepo  = "nested-repository" // a .git file or folder below the worktree's top
+	HazardSpecialFile = "special-file"      // a FIFO, socket or device file
+	HazardUnsafeName  = "unsafe-path-name"  // control characters or invalid UTF-8 in a name
+)
+
+// Hazard is one thing in a worktree the host refused to let git see.
+type Hazard struct {
+	Code   string `json:"code"`
+	Path   string `json:"path"` // slash-separated, relative to the worktree; escaped if unsafe
+	Detail string `json:"detail,omitempty"`
 }
 
 // Dir is one run's folder.
