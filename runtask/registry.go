@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/conductor-dev/conductor/runtask/fakellm/modelscript"
+	"github.com/conductor-dev/conductor/conductor/jsonstrict"
 )
 
 // ReplayPrefix selects the replay model: "replay:FILE" plays FILE (a fakellm
@@ -207,7 +207,7 @@ func (r *Registry) applyOpenAIEnv(getenv func(string) string) {
 
 func (r *Registry) applyConfig(path string, data []byte) error {
 	var top map[string]json.RawMessage
-	if err := modelscript.DecodeStrict(data, &top, ""); err != nil {
+	if err := jsonstrict.Decode(data, &top, ""); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	raw, ok := top["models"]
@@ -215,7 +215,7 @@ func (r *Registry) applyConfig(path string, data []byte) error {
 		return nil
 	}
 	var cfg modelFileConfig
-	if err := modelscript.DecodeStrict(raw, &cfg, "models"); err != nil {
+	if err := jsonstrict.Decode(raw, &cfg, "models"); err != nil {
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	for _, alias := range sortedAliasKeys(cfg.Aliases) {

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/conductor-dev/conductor/conductor/jsonstrict"
 )
 
 // Mode selects how a request is matched to a turn.
@@ -186,10 +188,10 @@ func Parse(data []byte) (*Script, error) {
 	}
 	var s Script
 	if trimmed[0] == '[' {
-		if err := DecodeStrict(trimmed, &s.Turns, "turns"); err != nil {
+		if err := jsonstrict.Decode(trimmed, &s.Turns, "turns"); err != nil {
 			return nil, err
 		}
-	} else if err := DecodeStrict(trimmed, &s, ""); err != nil {
+	} else if err := jsonstrict.Decode(trimmed, &s, ""); err != nil {
 		return nil, err
 	}
 	if err := s.Validate(); err != nil {

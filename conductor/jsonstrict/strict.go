@@ -1,4 +1,10 @@
-package modelscript
+// Package jsonstrict decodes configuration JSON strictly: unknown fields,
+// values of the wrong JSON type and trailing data are errors naming the
+// field path; syntax errors name the line and column. It is a leaf: it
+// imports nothing of conductor's, so production config (the model
+// registry) and test doubles (scripted models) share it without either
+// importing the other.
+package jsonstrict
 
 import (
 	"bytes"
@@ -11,14 +17,14 @@ import (
 	"strings"
 )
 
-// DecodeStrict decodes one JSON value into v (a pointer). Unknown object
+// Decode decodes one JSON value into v (a pointer). Unknown object
 // fields, values of the wrong JSON type and trailing data are errors that
 // name the field path from root, e.g. `turns[2].toolCalls[0].name: unknown
 // field "nmae"`. Syntax errors name the line and column.
-func DecodeStrict(data []byte, v any, root string) error {
+func Decode(data []byte, v any, root string) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
-		return errors.New("DecodeStrict: want a non-nil pointer")
+		return errors.New("jsonstrict.Decode: want a non-nil pointer")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
