@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -123,9 +124,9 @@ func newHTTPClient(spec ModelSpec, key string, lim *AliasLimiter, o clientOption
 	var rt http.RoundTripper = &authTransport{next: o.transport, key: key}
 	rt = &retryTransport{
 		next: rt, attempts: max(spec.MaxAttempts, 1), base: spec.RetryBase, cap: spec.RetryMax,
-		timeout: spec.Timeout, sleep: o.sleep, now: o.now, log: o.logger, alias: spec.Alias, secret: key,
+		timeout: spec.Timeout, stream: spec.Stream, sleep: o.sleep, now: o.now, log: o.logger, alias: spec.Alias, secret: key,
 	}
-	rt = &quirkTransport{next: rt, temperature: spec.Temperature}
+	rt = &quirkTransport{next: rt, temperature: spec.Temperature, stream: spec.Stream}
 	if o.logger != nil {
 		rt = &logTransport{next: rt, log: o.logger, alias: spec.Alias, secret: key}
 	}
@@ -305,6 +306,7 @@ func (t *logTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 type quirkTransport struct {
 	next        http.RoundTripper
 	temperature *float64
+	stream      bool
 }
 
 func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -316,7 +318,7 @@ func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	body, info, reqFixes, err := normalizeChatRequest(body, t.temperature)
+	body, info, reqFixes, err := normalizeChatRequest(body, t.temperature, t.stream)
 	if err != nil {
 		return nil, err
 	}
@@ -386,6 +388,7 @@ type retryTransport struct {
 	base     time.Duration
 	cap      time.Duration
 	timeout  time.Duration
+	stream   bool // requests ask for server-sent events; timeout is an idle timeout
 	sleep    func(ctx context.Context, d time.Duration) error
 	now      func() time.Time
 	log      *slog.Logger
@@ -451,17 +454,34 @@ func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // attemptTimeoutError is one attempt that exceeded the per-attempt timeout.
-type attemptTimeoutError struct{ timeout time.Duration }
+type attemptTimeoutError struct {
+	timeout time.Duration
+	idle    bool // a streamed attempt: no byte for that long
+}
 
 func (e *attemptTimeoutError) Error() string {
+	if e.idle {
+		return fmt.Sprintf("no byte of the answer for %s (the idle timeout)", e.timeout)
+	}
 	return fmt.Sprintf("no answer within the timeout of %s", e.timeout)
 }
 
 // once makes one attempt and reads the whole answer, so the per-attempt
 // timeout can end with it.
+//
+// A streamed attempt (t.stream) has an idle timeout instead: it fails only
+// when no byte arrives for t.timeout, and its event stream is reassembled
+// into one answer here (readStreamed), so every layer above sees JSON.
 func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byte) (*http.Response, error) {
 	actx, cancel := ctx, context.CancelFunc(func() {})
-	if t.timeout > 0 {
+	var idle *time.Timer
+	var idleFired atomic.Bool
+	switch {
+	case t.timeout > 0 && t.stream:
+		actx, cancel = context.WithCancel(ctx)
+		idle = time.AfterFunc(t.timeout, func() { idleFired.Store(true); cancel() })
+		defer idle.Stop()
+	case t.timeout > 0:
 		actx, cancel = context.WithTimeout(ctx, t.timeout)
 	}
 	defer cancel()
@@ -473,17 +493,28 @@ func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byt
 	}
 	resp, err := t.next.RoundTrip(r)
 	if err == nil {
+		var rd io.Reader = io.LimitReader(resp.Body, maxAnswerBytes)
+		if idle != nil {
+			rd = &idleReader{r: rd, timer: idle, timeout: t.timeout}
+		}
 		var b []byte
-		b, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+		if resp.StatusCode/100 == 2 && isEventStream(resp.Header.Get("Content-Type")) {
+			b, err = readStreamed(rd, streamProgressFrom(ctx))
+			resp.Header = resp.Header.Clone()
+			resp.Header.Set("Content-Type", "application/json")
+		} else {
+			b, err = io.ReadAll(rd)
+			if err != nil {
+				err = fmt.Errorf("reading the answer: %w", err)
+			}
+		}
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(b))
-		if err != nil {
-			err = fmt.Errorf("reading the answer: %w", err)
-		}
+		resp.ContentLength = int64(len(b))
 	}
 	if err != nil {
-		if ctx.Err() == nil && errors.Is(actx.Err(), context.DeadlineExceeded) {
-			return nil, &attemptTimeoutError{timeout: t.timeout}
+		if ctx.Err() == nil && (idleFired.Load() || errors.Is(actx.Err(), context.DeadlineExceeded)) {
+			return nil, &attemptTimeoutError{timeout: t.timeout, idle: idle != nil}
 		}
 		return nil, err
 	}

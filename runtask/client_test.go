@@ -83,20 +83,23 @@ type wantCall struct{ name, args string }
 
 // TestQuirksThroughGoOpenAI plays each server quirk through the real
 // go-openai client against fakellm and checks the normalised reply.
+// quirkCase is one server answer and the normalised reply it must give.
+type quirkCase struct {
+	name      string
+	turn      string
+	content   string
+	calls     []wantCall
+	ids       []string // nil: only check unique, non-empty
+	finish    string
+	fixes     []string
+	usageNil  bool
+	wantUsage *Usage
+}
+
 func TestQuirksThroughGoOpenAI(t *testing.T) {
 	two := `"toolCalls":[{"name":"read_file","arguments":{"path":"a.go"}},{"name":"list_dir","arguments":{"path":"."}}]`
 	twoCalls := []wantCall{{"read_file", `{"path":"a.go"}`}, {"list_dir", `{"path":"."}`}}
-	tests := []struct {
-		name      string
-		turn      string
-		content   string
-		calls     []wantCall
-		ids       []string // nil: only check unique, non-empty
-		finish    string
-		fixes     []string
-		usageNil  bool
-		wantUsage *Usage
-	}{
+	tests := []quirkCase{
 		{name: "well formed", turn: `{` + two + `,"usage":{"promptTokens":11,"completionTokens":4}}`,
 			calls: twoCalls, ids: []string{"call_1_0", "call_1_1"}, finish: "tool_calls", wantUsage: &Usage{11, 4, 15}},
 		{name: "arguments object (llama.cpp)", turn: `{` + two + `,"quirks":["arguments-object"]}`,
@@ -147,54 +150,67 @@ func TestQuirksThroughGoOpenAI(t *testing.T) {
 		{name: "invalid arguments string passes through", turn: `{"toolCalls":[{"name":"read_file","arguments":"{\"path\": "}]}`,
 			calls: []wantCall{{"read_file", `{"path": `}}, finish: "tool_calls"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := startFake(t, `{"model":"qwen2.5-coder","turns":[`+tt.turn+`]}`)
-			c := newTestClient(t, testSpec(t, srv.URL()), nil)
-			reply, err := c.Complete(context.Background(), baseRequest())
-			if err != nil {
-				t.Fatalf("Complete: %v", err)
-			}
-			if reply.Message.Role != "assistant" || reply.Model != "qwen2.5-coder" {
-				t.Errorf("role %q model %q", reply.Message.Role, reply.Model)
-			}
-			if reply.Message.Content != tt.content {
-				t.Errorf("content %q, want %q", reply.Message.Content, tt.content)
-			}
-			if reply.FinishReason != tt.finish {
-				t.Errorf("finish %q, want %q", reply.FinishReason, tt.finish)
-			}
-			if len(reply.Message.ToolCalls) != len(tt.calls) {
-				t.Fatalf("calls %+v, want %v", reply.Message.ToolCalls, tt.calls)
-			}
-			seen := map[string]bool{}
-			for i, c := range reply.Message.ToolCalls {
-				if c.Function.Name != tt.calls[i].name || c.Function.Arguments != tt.calls[i].args {
-					t.Errorf("call %d: %s(%s), want %s(%s)", i, c.Function.Name, c.Function.Arguments, tt.calls[i].name, tt.calls[i].args)
-				}
-				if c.Type != openai.ToolTypeFunction || c.ID == "" || seen[c.ID] {
-					t.Errorf("call %d: type %q id %q (seen %v)", i, c.Type, c.ID, seen)
-				}
-				seen[c.ID] = true
-				if tt.ids != nil && c.ID != tt.ids[i] {
-					t.Errorf("call %d id %q, want %q", i, c.ID, tt.ids[i])
-				}
-			}
-			if tt.usageNil != (reply.Usage == nil) {
-				t.Errorf("usage %+v, want nil=%v", reply.Usage, tt.usageNil)
-			}
-			if tt.wantUsage != nil && (reply.Usage == nil || *reply.Usage != *tt.wantUsage) {
-				t.Errorf("usage %+v, want %+v", reply.Usage, tt.wantUsage)
-			}
-			for _, f := range tt.fixes {
-				if !containsString(reply.Quirks, f) {
-					t.Errorf("quirks %v lack %q", reply.Quirks, f)
-				}
-			}
-			if tt.fixes == nil && len(reply.Quirks) > 0 && tt.name == "well formed" {
-				t.Errorf("well-formed answer reported fixes %v", reply.Quirks)
-			}
-		})
+	// Every quirk, answered whole and streamed: the reassembled stream must
+	// give the same reply.
+	for _, mode := range []string{"json", "stream"} {
+		for _, tt := range tests {
+			t.Run(mode+"/"+tt.name, func(t *testing.T) { checkQuirk(t, mode == "stream", tt) })
+		}
+	}
+}
+
+func checkQuirk(t *testing.T, stream bool, tt quirkCase) {
+	srv := startFake(t, `{"model":"qwen2.5-coder","turns":[`+tt.turn+`]}`)
+	spec := testSpec(t, srv.URL())
+	spec.Stream = stream
+	c := newTestClient(t, spec, nil)
+	reply, err := c.Complete(context.Background(), baseRequest())
+	if stream {
+		if req := srv.Requests()[0].Body; req == nil || !req.Stream || req.StreamOptions == nil || !req.StreamOptions.IncludeUsage {
+			t.Errorf("a streaming client sent %+v", req)
+		}
+	}
+	if err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	if reply.Message.Role != "assistant" || reply.Model != "qwen2.5-coder" {
+		t.Errorf("role %q model %q", reply.Message.Role, reply.Model)
+	}
+	if reply.Message.Content != tt.content {
+		t.Errorf("content %q, want %q", reply.Message.Content, tt.content)
+	}
+	if reply.FinishReason != tt.finish {
+		t.Errorf("finish %q, want %q", reply.FinishReason, tt.finish)
+	}
+	if len(reply.Message.ToolCalls) != len(tt.calls) {
+		t.Fatalf("calls %+v, want %v", reply.Message.ToolCalls, tt.calls)
+	}
+	seen := map[string]bool{}
+	for i, c := range reply.Message.ToolCalls {
+		if c.Function.Name != tt.calls[i].name || c.Function.Arguments != tt.calls[i].args {
+			t.Errorf("call %d: %s(%s), want %s(%s)", i, c.Function.Name, c.Function.Arguments, tt.calls[i].name, tt.calls[i].args)
+		}
+		if c.Type != openai.ToolTypeFunction || c.ID == "" || seen[c.ID] {
+			t.Errorf("call %d: type %q id %q (seen %v)", i, c.Type, c.ID, seen)
+		}
+		seen[c.ID] = true
+		if tt.ids != nil && c.ID != tt.ids[i] {
+			t.Errorf("call %d id %q, want %q", i, c.ID, tt.ids[i])
+		}
+	}
+	if tt.usageNil != (reply.Usage == nil) {
+		t.Errorf("usage %+v, want nil=%v", reply.Usage, tt.usageNil)
+	}
+	if tt.wantUsage != nil && (reply.Usage == nil || *reply.Usage != *tt.wantUsage) {
+		t.Errorf("usage %+v, want %+v", reply.Usage, tt.wantUsage)
+	}
+	for _, f := range tt.fixes {
+		if !containsString(reply.Quirks, f) {
+			t.Errorf("quirks %v lack %q", reply.Quirks, f)
+		}
+	}
+	if tt.fixes == nil && len(reply.Quirks) > 0 && tt.name == "well formed" {
+		t.Errorf("well-formed answer reported fixes %v", reply.Quirks)
 	}
 }
 

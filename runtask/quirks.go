@@ -41,7 +41,7 @@ type chatRequestInfo struct {
 // Ollama then answers 400), an empty tool result becomes EmptyToolResult, and
 // temperature is set when given (go-openai cannot send 0). Other fields pass
 // through unchanged.
-func normalizeChatRequest(body []byte, temperature *float64) ([]byte, chatRequestInfo, []string, error) {
+func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byte, chatRequestInfo, []string, error) {
 	info := chatRequestInfo{priorIDs: map[string]bool{}, tools: map[string]bool{}}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
@@ -98,6 +98,11 @@ func normalizeChatRequest(body []byte, temperature *float64) ([]byte, chatReques
 	}
 	if temperature != nil {
 		top["temperature"] = mustJSON(*temperature)
+	}
+	if stream {
+		// Usage comes in a last chunk only when asked for.
+		top["stream"] = json.RawMessage("true")
+		top["stream_options"] = json.RawMessage(`{"include_usage":true}`)
 	}
 	out, err := json.Marshal(top)
 	if err != nil {

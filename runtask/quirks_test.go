@@ -67,7 +67,7 @@ func TestLiftContentCalls(t *testing.T) {
 
 func TestNormalizeChatRequest(t *testing.T) {
 	in := `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"call_7","type":"function","function":{"name":"read_file","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_7"},{"role":"tool","tool_call_id":"call_8","content":""},{"role":"user","content":null}],"tools":[{"type":"function","function":{"name":"read_file"}}],"stream":false}`
-	out, info, fixes, err := normalizeChatRequest([]byte(in), nil)
+	out, info, fixes, err := normalizeChatRequest([]byte(in), nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +94,10 @@ func TestNormalizeChatRequest(t *testing.T) {
 	}
 	// Earlier reasoning is never sent back.
 	withReasoning := `{"model":"m","messages":[{"role":"assistant","content":"a","reasoning_content":"long thoughts"}]}`
-	if out, _, _, err := normalizeChatRequest([]byte(withReasoning), nil); err != nil || strings.Contains(string(out), "reasoning") {
+	if out, _, _, err := normalizeChatRequest([]byte(withReasoning), nil, false); err != nil || strings.Contains(string(out), "reasoning") {
 		t.Errorf("reasoning sent back: %s %v", out, err)
 	}
-	if _, _, _, err := normalizeChatRequest([]byte("nope"), nil); err == nil {
+	if _, _, _, err := normalizeChatRequest([]byte("nope"), nil, false); err == nil {
 		t.Error("a non-JSON request was accepted")
 	}
 }

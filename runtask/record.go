@@ -79,7 +79,7 @@ type transcriptLine struct {
 
 // Event is one progress event (JSONL with --json).
 type Event struct {
-	Event  string    `json:"event"` // start|step|tool|note|resume|stop|result
+	Event  string    `json:"event"` // start|stream|step|tool|note|resume|stop|result
 	Time   time.Time `json:"time"`
 	RunID  string    `json:"runId"`
 	Step   int       `json:"step,omitempty"`
@@ -120,6 +120,8 @@ func (e *emitter) emit(ev Event) {
 		fmt.Fprintf(e.w, "step %-3d %-12s tokens %s\n", ev.Step, "model", tok)
 	case "tool":
 		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Tool, ev.Text)
+	case "stream":
+		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, "receiving", ev.Text)
 	case "note", "resume", "trim":
 		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Event, ev.Text)
 	case "stop":

@@ -54,6 +54,11 @@ type ModelSpec struct {
 	RetryMax      time.Duration `json:"retryMaxDelay"`
 	Temperature   *float64      `json:"temperature,omitempty"`
 	MaxTokens     int           `json:"maxTokens,omitempty"`
+	// Stream asks the server for server-sent events: progress while a long
+	// answer is generated, and Timeout becomes an idle timeout (no byte for
+	// that long) instead of a cap on the whole answer. On for every
+	// configured server; off for the in-process replay model.
+	Stream bool `json:"stream"`
 	// ReplayFile is set for "replay:FILE": the script to play, no network.
 	ReplayFile string `json:"replayFile,omitempty"`
 	// Source says where the values came from (built-in, config file, env).
@@ -89,6 +94,7 @@ type modelAliasConfig struct {
 	RetryMaxDelay  *modelDuration `json:"retryMaxDelay"`
 	Temperature    *float64       `json:"temperature"`
 	MaxTokens      *int           `json:"maxTokens"`
+	Stream         *bool          `json:"stream"`
 }
 
 // modelDuration is a duration written as a Go duration string ("90s",
@@ -119,7 +125,7 @@ func BuiltinModels() []ModelSpec {
 	base := func(alias, url, model string, ctxWin, conc int) ModelSpec {
 		return ModelSpec{
 			Alias: alias, BaseURL: url, Model: model, ContextWindow: ctxWin, MaxConcurrent: conc,
-			Timeout: DefaultModelTimeout, MaxAttempts: DefaultMaxAttempts,
+			Timeout: DefaultModelTimeout, MaxAttempts: DefaultMaxAttempts, Stream: true,
 			RetryBase: DefaultRetryBaseDelay, RetryMax: DefaultRetryMaxDelay, Source: "built-in",
 		}
 	}
@@ -225,7 +231,7 @@ func (r *Registry) applyConfig(path string, data []byte) error {
 		c := cfg.Aliases[alias]
 		s, ok := r.specs[alias]
 		if !ok {
-			s = ModelSpec{Alias: alias, Timeout: DefaultModelTimeout, MaxAttempts: DefaultMaxAttempts,
+			s = ModelSpec{Alias: alias, Timeout: DefaultModelTimeout, MaxAttempts: DefaultMaxAttempts, Stream: true,
 				RetryBase: DefaultRetryBaseDelay, RetryMax: DefaultRetryMaxDelay}
 			s.Source = "config " + path
 		} else {
@@ -238,6 +244,7 @@ func (r *Registry) applyConfig(path string, data []byte) error {
 		setIf(&s.MaxConcurrent, c.MaxConcurrent)
 		setIf(&s.MaxAttempts, c.MaxAttempts)
 		setIf(&s.MaxTokens, c.MaxTokens)
+		setIf(&s.Stream, c.Stream)
 		if c.Timeout != nil {
 			s.Timeout = time.Duration(*c.Timeout)
 		}
@@ -303,6 +310,13 @@ func (r *Registry) applyEnv(getenv func(string) string) error {
 			if err := num(f.suffix, f.dst); err != nil {
 				return fmt.Errorf("model registry: %w", err)
 			}
+		}
+		if v := getenv(prefix + "_STREAM"); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("model registry: %s_STREAM=%q: want true or false", prefix, v)
+			}
+			s.Stream, changed = b, true
 		}
 		if v := getenv(prefix + "_TIMEOUT"); v != "" {
 			d, err := time.ParseDuration(v)

@@ -760,7 +760,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 			}
 		}
 		r.fitContext()
-		reply, err := r.model.Complete(lctx, ModelRequest{Messages: st.Messages, Tools: defs})
+		reply, err := r.model.Complete(WithStreamProgress(lctx, r.streamProgress(st.Step+1)), ModelRequest{Messages: st.Messages, Tools: defs})
 		if s, m, ok := stopped(); ok {
 			return s, m // a reply after the limit is not used
 		}

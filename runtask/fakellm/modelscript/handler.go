@@ -41,13 +41,18 @@ type RecordedRequest struct {
 
 // ChatRequest is the part of a chat completion request tests look at.
 type ChatRequest struct {
-	Model       string            `json:"model"`
-	Messages    []Message         `json:"messages"`
-	Tools       []json.RawMessage `json:"tools,omitempty"`
-	ToolChoice  json.RawMessage   `json:"tool_choice,omitempty"`
-	Stream      bool              `json:"stream,omitempty"`
-	Temperature *float64          `json:"temperature,omitempty"`
-	MaxTokens   int               `json:"max_tokens,omitempty"`
+	Model      string            `json:"model"`
+	Messages   []Message         `json:"messages"`
+	Tools      []json.RawMessage `json:"tools,omitempty"`
+	ToolChoice json.RawMessage   `json:"tool_choice,omitempty"`
+	Stream     bool              `json:"stream,omitempty"`
+	// StreamOptions is OpenAI's stream_options: include_usage asks for a
+	// last chunk with the usage and no choices.
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options,omitempty"`
+	Temperature *float64 `json:"temperature,omitempty"`
+	MaxTokens   int      `json:"max_tokens,omitempty"`
 }
 
 // Message is one request message. Content is kept raw so tests can tell an
@@ -311,11 +316,6 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 			}
 		}
 	}
-	if req.Stream {
-		writeError(w, http.StatusBadRequest, "", "fakellm does not stream; send stream=false", "invalid_request_error")
-		return http.StatusBadRequest
-	}
-
 	idx, turn := h.pick(&req, body)
 	rec.Turn = idx
 	h.check(rec, idx, turn, &req, body)
@@ -343,7 +343,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 		io.WriteString(w, "<html><head><title>502 Bad Gateway</title></head><body>upstream model crashed</body></html>\n")
 		return http.StatusOK
 	}
-	writeJSON(w, http.StatusOK, h.render(rec.Index, idx, turn, len(body)))
+	resp := h.render(rec.Index, idx, turn, len(body))
+	if req.Stream {
+		writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		return http.StatusOK
+	}
+	writeJSON(w, http.StatusOK, resp)
 	return http.StatusOK
 }
 
