@@ -17,6 +17,8 @@ import (
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/runtask/modelproxy"
 )
 
 // Response headers the quirk transport adds for Complete.
@@ -495,7 +497,7 @@ func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byt
 	if err == nil {
 		var rd io.Reader = io.LimitReader(resp.Body, maxAnswerBytes)
 		if idle != nil {
-			rd = &idleReader{r: rd, timer: idle, timeout: t.timeout}
+			rd = &modelproxy.IdleReader{R: rd, Timer: idle, Timeout: t.timeout}
 		}
 		var b []byte
 		if resp.StatusCode/100 == 2 && isEventStream(resp.Header.Get("Content-Type")) {

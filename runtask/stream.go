@@ -259,22 +259,6 @@ type streamErrorEvent struct{ body []byte }
 
 func (e *streamErrorEvent) Error() string { return "the server sent an error event" }
 
-// idleReader cancels an attempt when no byte arrives for timeout: every
-// read that returns data pushes the deadline back.
-type idleReader struct {
-	r       io.Reader
-	timer   *time.Timer
-	timeout time.Duration
-}
-
-func (ir *idleReader) Read(b []byte) (int, error) {
-	n, err := ir.r.Read(b)
-	if n > 0 {
-		ir.timer.Reset(ir.timeout)
-	}
-	return n, err
-}
-
 // readStreamed reads an event-stream answer into one chat completion,
 // turning a streamed error event back into the error object it carried.
 func readStreamed(body io.Reader, progress func(StreamProgress)) ([]byte, error) {
