@@ -96,12 +96,23 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
 	}
 	if b.id.drop {
-		for _, d := range []struct{ what, path string }{{"worktree", p.dir}, {"scratch folder", p.scratch}} {
+		type dir struct {
+			what, path string
+			writable   bool
+		}
+		dirs := []dir{{"worktree", p.dir, true}, {"scratch folder", p.scratch, true}}
+		for _, m := range p.mounts {
+			dirs = append(dirs, dir{"mount", m.Path, m.Writable})
+		}
+		for _, d := range dirs {
 			if d.path == "" {
 				continue
 			}
 			if err := checkReachable(d.what, d.path, b.id); err != nil {
 				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+			}
+			if !d.writable {
+				continue
 			}
 			if err := handOver(d.path, b.id); err != nil {
 				return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)

@@ -764,3 +764,59 @@ func processesOfUID(uid int) []string {
 	}
 	return out
 }
+
+func TestBwrapDirInsideAndMounts(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	if err := os.WriteFile(filepath.Join(wt, ".git"), []byte("gitdir: /secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ro, rw := worktree(t), worktree(t)
+	if err := os.WriteFile(filepath.Join(ro, "cfg"), []byte("config"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(argv ...string) Spec {
+		return Spec{Dir: wt, DirInside: "/work", Argv: append([]string{et}, argv...), Env: []string{testPath},
+			Mounts: []Mount{{Path: ro}, {Path: rw, Writable: true}}, Timeout: 20 * time.Second}
+	}
+	for _, argv := range [][]string{
+		{"write", "/work/made-inside", "w"}, // the worktree, at its inside path
+		{"read", ro + "/cfg"},               // a read-only mount is readable
+		{"write", rw + "/out", "r"},         // a writable mount is writable
+	} {
+		if res, err := sb.Run(context.Background(), spec(argv...)); err != nil || res.ExitCode != 0 {
+			t.Fatalf("%v: %v %s", argv, err, res.Output)
+		}
+	}
+	if res, _ := sb.Run(context.Background(), spec("write", ro+"/cfg", "changed")); res.ExitCode == 0 {
+		t.Fatalf("wrote through a read-only mount: %s", res.Output)
+	}
+	// The .git mask moves with the worktree; the host path is not inside.
+	if res, _ := sb.Run(context.Background(), spec("read", "/work/.git")); strings.Contains(string(res.Output), "gitdir") {
+		t.Fatalf("read the worktree's .git at /work: %q", res.Output)
+	}
+	if res, _ := sb.Run(context.Background(), spec("read", wt+"/made-inside")); res.ExitCode == 0 {
+		t.Fatalf("the worktree's host path exists inside: %q", res.Output)
+	}
+	if b, _ := os.ReadFile(filepath.Join(wt, "made-inside")); string(b) != "w" {
+		t.Fatalf("the worktree did not get the file written at /work: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ro, "cfg")); string(b) != "config" {
+		t.Fatalf("a read-only mount changed: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rw, "out")); string(b) != "r" {
+		t.Fatalf("a writable mount did not get the file: %q", b)
+	}
+	// Mounts that would hand over a system folder or overlap the worktree are refused.
+	for _, bad := range []Spec{
+		{Dir: wt, Argv: []string{et, "read", "/"}, Mounts: []Mount{{Path: "/etc", Writable: true}}},
+		{Dir: wt, Argv: []string{et, "read", "/"}, Mounts: []Mount{{Path: wt}}},
+		{Dir: wt, Argv: []string{et, "read", "/"}, DirInside: "/usr/work"},
+		{Dir: wt, Argv: []string{et, "read", "/"}, DirInside: "relative"},
+	} {
+		if _, err := sb.Run(context.Background(), bad); err == nil {
+			t.Errorf("spec %+v ran", bad)
+		}
+	}
+}

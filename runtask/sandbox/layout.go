@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -152,6 +153,8 @@ func checkArg(what, s string) error {
 // plan is a validated Spec ready to become bwrap arguments.
 type plan struct {
 	dir, scratch string
+	inside       string // where dir is bound (dir itself by default)
+	mounts       []Mount
 	gitMask      string // "file", "dir" or "absent"
 	env          [][2]string
 	argv         []string
@@ -178,6 +181,39 @@ func makePlan(spec Spec) (plan, error) {
 		if within(p.scratch, p.dir) || within(p.dir, p.scratch) {
 			return p, fmt.Errorf("scratch folder %q and worktree %q overlap", spec.Scratch, spec.Dir)
 		}
+	}
+	p.inside = p.dir
+	if spec.DirInside != "" {
+		in := filepath.Clean(spec.DirInside)
+		if !filepath.IsAbs(in) || in != spec.DirInside {
+			return p, fmt.Errorf("worktree inside path %q: want a clean absolute path", spec.DirInside)
+		}
+		for _, r := range reservedPaths {
+			if within(r, in) || (r != "/" && within(in, r)) {
+				return p, fmt.Errorf("worktree inside path %q: it is, contains or lies in the system folder %s", in, r)
+			}
+		}
+		p.inside = in
+	}
+	for _, m := range spec.Mounts {
+		if err := checkArg("mount", m.Path); err != nil {
+			return p, err
+		}
+		real, err := filepath.EvalSymlinks(m.Path)
+		if err != nil || !filepath.IsAbs(m.Path) {
+			return p, fmt.Errorf("mount %q: %v", m.Path, cmp.Or(err, errors.New("not an absolute path")))
+		}
+		for _, r := range reservedPaths {
+			if within(r, real) {
+				return p, fmt.Errorf("mount %q: refusing to bind %s (it is or contains a system folder)", m.Path, real)
+			}
+		}
+		for _, other := range []string{p.dir, p.scratch, p.inside} {
+			if other != "" && (within(real, other) || within(other, real)) {
+				return p, fmt.Errorf("mount %q overlaps the worktree or the scratch folder %s", m.Path, other)
+			}
+		}
+		p.mounts = append(p.mounts, Mount{Path: real, Writable: m.Writable})
 	}
 	seen := map[string]int{}
 	for _, kv := range spec.Env {
@@ -269,12 +305,21 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 		a = append(a, "--bind", p.scratch, p.scratch)
 		writable = append(writable, p.scratch)
 	}
-	a = append(a, "--bind", p.dir, p.dir)
-	writable = append(writable, p.dir)
+	for _, m := range p.mounts {
+		if m.Writable {
+			a = append(a, "--bind", m.Path, m.Path)
+			writable = append(writable, m.Path)
+		} else {
+			a = append(a, "--ro-bind", m.Path, m.Path)
+			ro = append(ro, m.Path)
+		}
+	}
+	a = append(a, "--bind", p.dir, p.inside)
+	writable = append(writable, p.inside)
 
 	// The worktree's .git: a worker can neither read nor replace it (a
 	// mount point cannot be renamed or removed).
-	git := filepath.Join(p.dir, ".git")
+	git := filepath.Join(p.inside, ".git")
 	switch p.gitMask {
 	case "file", "absent":
 		a = append(a, "--ro-bind", "/dev/null", git)
@@ -305,7 +350,7 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 		}
 		switch {
 		case underAny(v, writable) || underAny(v, tmpfsDone):
-			if v != p.dir && v != p.scratch && !within(v, p.dir) {
+			if v != p.inside && v != p.scratch && !within(v, p.inside) {
 				a = append(a, "--dir", v) // inside a fresh or scratch folder: make sure it exists
 			}
 		case underAny(v, ro) || underAny(v, []string{"/proc", "/dev"}):
@@ -315,7 +360,7 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 			tmpfsDone = append(tmpfsDone, v)
 		}
 	}
-	a = append(a, "--remount-ro", "/", "--chdir", p.dir)
+	a = append(a, "--remount-ro", "/", "--chdir", p.inside)
 	for _, kv := range p.env {
 		a = append(a, "--setenv", kv[0], kv[1])
 	}

@@ -36,6 +36,24 @@ type Spec struct {
 	// GOPATH, GOMODCACHE and XDG_CACHE_HOME that point outside Dir get a
 	// fresh, empty tmpfs for each command.
 	Scratch string
+
+	// DirInside is where Dir appears inside the sandbox (default: its own
+	// path). An agent CLI that records its working directory in a session
+	// (pi) gets the same path in every round, whichever pooled worktree
+	// serves it. Environment values that name the worktree must use it.
+	// Ignored by the none backend, which has no inside.
+	DirInside string
+	// Mounts are extra host paths bound in at their own paths: a runtime's
+	// install and its configuration read-only, its session folder or the
+	// model proxy's socket folder writable. None may be a system folder or
+	// overlap the worktree.
+	Mounts []Mount
+}
+
+// Mount is one extra bind of a host path, at the same path inside.
+type Mount struct {
+	Path     string
+	Writable bool
 }
 
 // Result is what a command did.
