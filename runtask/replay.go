@@ -43,15 +43,9 @@ type replayClient struct {
 // replayed (see ScriptFromTranscript), so any recorded run can be re-run
 // offline.
 func NewReplay(file string, opts ...ClientOption) (ModelClient, error) {
-	var script *modelscript.Script
-	var err error
-	if strings.HasSuffix(file, ".jsonl") {
-		script, err = loadTranscriptScript(file)
-	} else {
-		script, err = modelscript.Load(file)
-	}
+	script, err := loadReplayScript(file)
 	if err != nil {
-		return nil, fmt.Errorf("replay model: %w", err)
+		return nil, err
 	}
 	h := modelscript.NewHandler(script)
 	spec := ModelSpec{
@@ -93,6 +87,22 @@ func (r *replayClient) Complete(ctx context.Context, req ModelRequest) (ModelRep
 		return ModelReply{}, fmt.Errorf("replay %s: the conversation diverged from the recording: %s", r.file, strings.Join(texts, "; "))
 	}
 	return reply, nil
+}
+
+// loadReplayScript reads a replay model's script: a fakellm script, or a
+// run's transcript.jsonl (its model turns).
+func loadReplayScript(file string) (*modelscript.Script, error) {
+	var script *modelscript.Script
+	var err error
+	if strings.HasSuffix(file, ".jsonl") {
+		script, err = loadTranscriptScript(file)
+	} else {
+		script, err = modelscript.Load(file)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replay model: %w", err)
+	}
+	return script, nil
 }
 
 // handlerTransport answers requests with an http.Handler in memory.

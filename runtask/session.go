@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,6 +64,9 @@ type Options struct {
 	Now    func() time.Time
 	// DeniedEnv are variable names never passed to commands, whatever the role says.
 	DeniedEnv []string
+	// PiDir is the npm prefix pi is installed in, for tasks with runtime
+	// pi (default <data root>/pi).
+	PiDir string
 }
 
 // ErrSessionBusy is returned when another process runs the same session.
@@ -158,6 +162,7 @@ type runner struct {
 	result   runrec.Result
 	started  time.Time
 	stopText string
+	pi       PiInstall // the pi install, for runtime pi
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -186,6 +191,15 @@ func newRunner(opts Options) (*runner, error) {
 			"role %s allows none of the task's tools (%s)", opts.Role.Name(), strings.Join(r.task.Tools(), ", "))
 	}
 	r.stopText = strings.Join(denied, ", ")
+	if r.task.Runtime == RuntimePi {
+		// Before anything is created: a run that cannot start leaves nothing.
+		install, err := checkRuntime(r.task.Runtime, cmp.Or(opts.PiDir, filepath.Join(r.cfg.DataRoot, "pi")))
+		if err != nil {
+			return nil, policy.Refusef("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and --pi-dir DIR), or use the builtin runtime",
+				"task %s asks for runtime pi: %v", r.task.ID, err)
+		}
+		r.pi = install
+	}
 	if opts.RunID != "" {
 		if err := ValidRunID(opts.RunID); err != nil {
 			return nil, err
@@ -363,7 +377,17 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	secretEnv := r.opts.DeniedEnv
 	r.model = r.opts.Model
 	modelName := r.opts.ModelName
-	if r.model == nil {
+	var sess WorkerSession = builtinSession{r: r}
+	if t.Runtime == RuntimePi {
+		ps, err := r.newPiSession(mode, alias)
+		if err != nil {
+			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
+		}
+		sess, modelName = ps, ps.spec.Model
+		if ps.spec.APIKeyEnv != "" {
+			secretEnv = append(append([]string(nil), secretEnv...), ps.spec.APIKeyEnv)
+		}
+	} else if r.model == nil {
 		connect := r.opts.Connect
 		if connect == nil && r.opts.Registry != nil {
 			connect = r.connectRegistry
@@ -427,9 +451,11 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		r.warnf("no sandbox configured: run_command calls will fail")
 	}
 
-	// Conversation.
-	switch mode {
-	case modeNew:
+	// Conversation: the built-in loop's messages (a pi round's prompt goes
+	// to pi, which keeps its own session).
+	pi := t.Runtime == RuntimePi
+	switch {
+	case mode == modeNew && !pi:
 		sys, err := r.systemPrompt()
 		if err != nil {
 			return r.fail(ctx, err)
@@ -440,10 +466,10 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 		r.transcript(transcriptLine{Type: lineSystem, Text: sys})
 		r.transcript(transcriptLine{Type: lineUser, Text: t.Prompt})
-	case modeFollowUp:
+	case mode == modeFollowUp && !pi:
 		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
 		r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
-	case modeContinue:
+	case mode == modeContinue:
 		r.transcript(transcriptLine{Type: lineResume, Step: st.Step, Text: "continuing after step " + fmt.Sprint(st.Step)})
 		r.ev.emit(Event{Event: "resume", Time: r.now(), RunID: st.RunID, Step: st.Step, Text: "continuing"})
 		if drifted := r.checkDrift(); len(drifted) > 0 {
@@ -456,7 +482,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: note})
 			r.transcript(transcriptLine{Type: lineUser, Text: note})
 		}
-		if r.opts.FollowUp != "" {
+		if r.opts.FollowUp != "" && !pi {
 			st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
 			r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
 		}
@@ -466,7 +492,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		return r.fail(ctx, err)
 	}
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, alias, r.lease.Dir())})
-	status, msg := r.loop(ctx)
+	status, msg := sess.Turn(ctx)
 	return r.finish(ctx, status, msg)
 }
 

@@ -56,6 +56,7 @@ type Task struct {
 	TokenBudget int64  `json:"tokenBudget,omitempty"` // total tokens; 0: role's budget, else unlimited
 	PR          bool   `json:"pr,omitempty"`          // open a draft PR after landing (forge)
 	Issue       int    `json:"issue,omitempty"`       // forge issue the task resolves
+	Runtime     string `json:"runtime,omitempty"`     // who drives the session: builtin (default) or pi
 }
 
 // Capabilities is the task's requested tool set.
@@ -339,6 +340,9 @@ func (t Task) Validate() error {
 	}
 	if t.Issue < 0 {
 		return fe("issue", "must not be negative, got %d", t.Issue)
+	}
+	if t.Runtime != "" && !slices.Contains(Runtimes, t.Runtime) {
+		return fe("runtime", "unknown runtime %q (known: %s)", t.Runtime, strings.Join(Runtimes, ", "))
 	}
 	return nil
 }

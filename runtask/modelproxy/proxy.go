@@ -60,6 +60,9 @@ type Options struct {
 	// made once the recorded usage reaches it is refused with 429
 	// insufficient_quota, without reaching the upstream.
 	Budget int64
+	// MaxRequests is the run's step limit (chat completions; 0: none): the
+	// request past it is refused with 429 step_limit.
+	MaxRequests int64
 	// Limiter, when set, bounds concurrent upstream requests.
 	Limiter Limiter
 	// Transport reaches the upstream (default http.DefaultTransport).
@@ -84,8 +87,10 @@ type Proxy struct {
 	ln       net.Listener
 	path     string
 
-	mu    sync.Mutex
-	usage Usage
+	mu      sync.Mutex
+	usage   Usage
+	refused string // the last refusal's type: insufficient_quota or step_limit
+	started int64  // chat completions let through
 }
 
 // Listen starts a proxy on a new unix socket at path (mode 0666: the
@@ -169,14 +174,37 @@ func (p *Proxy) chat(w http.ResponseWriter, r *http.Request) {
 		// The usage chunk is what the proxy counts: always ask for it.
 		req["stream_options"] = json.RawMessage(`{"include_usage":true}`)
 	}
-	if b := p.opts.Budget; b > 0 {
-		if used := p.Usage().TotalTokens; used >= b {
-			writeError(w, http.StatusTooManyRequests, "insufficient_quota", fmt.Sprintf("the run's token budget of %d is spent (%d used)", b, used))
-			return
-		}
+	if typ, msg := p.admit(); typ != "" {
+		writeError(w, http.StatusTooManyRequests, typ, msg)
+		return
 	}
 	out, _ := json.Marshal(req)
 	p.forward(w, r, out, true)
+}
+
+// admit counts a chat completion in, or says which limit refuses it.
+func (p *Proxy) admit() (typ, msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.opts.Budget > 0 && p.usage.TotalTokens >= p.opts.Budget:
+		typ, msg = "insufficient_quota", fmt.Sprintf("the run's token budget of %d is spent (%d used)", p.opts.Budget, p.usage.TotalTokens)
+	case p.opts.MaxRequests > 0 && p.started >= p.opts.MaxRequests:
+		typ, msg = "step_limit", fmt.Sprintf("the run's step limit of %d model calls is reached", p.opts.MaxRequests)
+	default:
+		p.started++
+		return "", ""
+	}
+	p.refused = typ
+	return typ, msg
+}
+
+// Refused returns the type of the last refusal ("" when none): a runtime
+// that stopped after one ran out of budget, not of work.
+func (p *Proxy) Refused() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 // forward sends one request upstream and copies the answer back, counting

@@ -122,8 +122,8 @@ func TestProxyBudget(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "token budget of 100 is spent (100 used)") || !strings.Contains(body, "insufficient_quota") {
 		t.Fatalf("over budget: %d %s", resp.StatusCode, body)
 	}
-	if n := len(up.Requests()); n != 1 || p.Usage().Requests != 1 {
-		t.Fatalf("a request past the budget reached the upstream: %d", n)
+	if n := len(up.Requests()); n != 1 || p.Usage().Requests != 1 || p.Refused() != "insufficient_quota" {
+		t.Fatalf("a request past the budget reached the upstream: %d (refused %q)", n, p.Refused())
 	}
 }
 
@@ -192,5 +192,21 @@ func TestProxyLimiterAndStreamUsage(t *testing.T) {
 	}
 	if u := p.Usage(); u.TotalTokens != 42 || u.Requests != 6 || calls.Load() != 6 {
 		t.Fatalf("usage %+v, OnUsage calls %d", u, calls.Load())
+	}
+}
+
+func TestProxyStepLimit(t *testing.T) {
+	up, p, c := start(t, `[{"content":"a"},{"content":"b"},{"content":"c"}]`, modelproxy.Options{MaxRequests: 2})
+	for i := 0; i < 2; i++ {
+		if resp, body := post(t, c, "/v1/chat/completions", chat, nil); resp.StatusCode != 200 {
+			t.Fatalf("call %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	resp, body := post(t, c, "/v1/chat/completions", chat, nil)
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(body, "step limit of 2") || p.Refused() != "step_limit" {
+		t.Fatalf("third call: %d %s (refused %q)", resp.StatusCode, body, p.Refused())
+	}
+	if n := len(up.Requests()); n != 2 {
+		t.Fatalf("upstream saw %d requests", n)
 	}
 }
