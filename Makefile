@@ -5,7 +5,10 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: build test test-short fuzz bench bench-short demo lint soak help
+PI_DIR  ?= /opt/conductor/pi
+PI_VERSION := 0.73.1
+
+.PHONY: build test test-short fuzz bench bench-short demo lint soak pi help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -38,6 +41,11 @@ demo: build ## run a real task end to end offline: worktree, replayed model, too
 
 soak: ## long kill-and-resume trials (100 runs)
 	CONDUCTOR_SOAK=100 $(GO) test -count=1 -run Soak -timeout 60m ./...
+
+pi: ## install the pi coding agent for tasks with "runtime": "pi" (npm, into PI_DIR=/opt/conductor/pi; then export CONDUCTOR_PI_DIR=$(PI_DIR))
+	npm install --prefix "$(PI_DIR)" --no-audit --no-fund --loglevel=error @mariozechner/pi-coding-agent@$(PI_VERSION)
+	chmod -R a+rX "$(PI_DIR)"
+	@echo "pi $(PI_VERSION) installed in $(PI_DIR): export CONDUCTOR_PI_DIR=$(PI_DIR)"
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

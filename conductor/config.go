@@ -16,6 +16,9 @@ type Config struct {
 	// ConfigFile is the optional JSON configuration file (model registry,
 	// forge settings). Empty means DataRoot/config.json if it exists.
 	ConfigFile string
+	// PiDir is the npm prefix the pi agent is installed in, for tasks with
+	// runtime pi: $CONDUCTOR_PI_DIR, else DataRoot/pi (make pi installs it).
+	PiDir string
 }
 
 // WithDefaults fills what is unset.
@@ -25,6 +28,12 @@ func (c Config) WithDefaults(getenv func(string) string) Config {
 	}
 	if abs, err := filepath.Abs(c.DataRoot); err == nil {
 		c.DataRoot = abs
+	}
+	if c.PiDir == "" {
+		c.PiDir = getenv("CONDUCTOR_PI_DIR")
+	}
+	if c.PiDir == "" {
+		c.PiDir = filepath.Join(c.DataRoot, "pi")
 	}
 	if c.ConfigFile == "" {
 		p := filepath.Join(c.DataRoot, "config.json")

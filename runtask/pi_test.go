@@ -82,8 +82,8 @@ func (p *piRig) run(t *testing.T, session, followUp string) (runrec.Result, stri
 		TimeoutSeconds: 300, Runtime: runtask.RuntimePi, Model: "pitest"}
 	var stderr bytes.Buffer
 	res, err := runtask.Run(context.Background(), runtask.Options{
-		Task: task, Config: conductor.Config{DataRoot: p.e.data}, Repo: p.e.repo, Registry: p.reg,
-		Role: p.e.role, Sandbox: p.e.sb, Getenv: p.getenv, Stderr: &stderr, PiDir: p.pi,
+		Task: task, Config: conductor.Config{DataRoot: p.e.data, PiDir: p.pi}, Repo: p.e.repo, Registry: p.reg,
+		Role: p.e.role, Sandbox: p.e.sb, Getenv: p.getenv, Stderr: &stderr,
 		DeniedEnv: append(secretNames(p.e.secrets), "PI_TEST_API_KEY"), FollowUp: followUp,
 	})
 	if err != nil {
@@ -201,8 +201,8 @@ func TestPiRuntimeStepLimit(t *testing.T) {
 		Capabilities: runtask.Capabilities{Tools: []string{"bash"}}, Session: "pi-steps", TimeoutSeconds: 300,
 		Runtime: runtask.RuntimePi, Model: "pitest", MaxSteps: 3}
 	res, err := runtask.Run(context.Background(), runtask.Options{
-		Task: task, Config: conductor.Config{DataRoot: rig.e.data}, Repo: rig.e.repo, Registry: rig.reg,
-		Role: rig.e.role, Sandbox: rig.e.sb, Getenv: rig.getenv, PiDir: rig.pi,
+		Task: task, Config: conductor.Config{DataRoot: rig.e.data, PiDir: rig.pi}, Repo: rig.e.repo, Registry: rig.reg,
+		Role: rig.e.role, Sandbox: rig.e.sb, Getenv: rig.getenv,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -229,8 +229,7 @@ func TestPiRuntimeUnavailable(t *testing.T) {
 	task := runtask.Task{TaskVersion: 1, ID: "t-pi-missing", Prompt: "x", Workspace: "w",
 		Capabilities: runtask.Capabilities{Tools: []string{"read"}}, Session: "s", TimeoutSeconds: 60, Runtime: runtask.RuntimePi}
 	_, err = runtask.Run(context.Background(), runtask.Options{
-		Task: task, Config: conductor.Config{DataRoot: data}, Repo: t.TempDir(), Role: impl,
-		PiDir: filepath.Join(data, "no-pi"),
+		Task: task, Config: conductor.Config{DataRoot: data, PiDir: filepath.Join(data, "no-pi")}, Repo: t.TempDir(), Role: impl,
 	})
 	var ref *policy.Refusal
 	if !errors.As(err, &ref) || ref.Code != "runtime-unavailable" || !strings.Contains(err.Error(), "pi is not installed") {

@@ -2,7 +2,6 @@ package runtask
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -64,9 +63,6 @@ type Options struct {
 	Now    func() time.Time
 	// DeniedEnv are variable names never passed to commands, whatever the role says.
 	DeniedEnv []string
-	// PiDir is the npm prefix pi is installed in, for tasks with runtime
-	// pi (default <data root>/pi).
-	PiDir string
 }
 
 // ErrSessionBusy is returned when another process runs the same session.
@@ -193,9 +189,9 @@ func newRunner(opts Options) (*runner, error) {
 	r.stopText = strings.Join(denied, ", ")
 	if r.task.Runtime == RuntimePi {
 		// Before anything is created: a run that cannot start leaves nothing.
-		install, err := checkRuntime(r.task.Runtime, cmp.Or(opts.PiDir, filepath.Join(r.cfg.DataRoot, "pi")))
+		install, err := checkRuntime(r.task.Runtime, r.cfg.PiDir)
 		if err != nil {
-			return nil, policy.Refusef("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and --pi-dir DIR), or use the builtin runtime",
+			return nil, policy.Refusef("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and CONDUCTOR_PI_DIR=DIR), or use the builtin runtime",
 				"task %s asks for runtime pi: %v", r.task.ID, err)
 		}
 		r.pi = install

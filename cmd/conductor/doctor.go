@@ -10,6 +10,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
@@ -17,6 +19,9 @@ import (
 type doctorOptions struct {
 	JSON    bool
 	Backend string // the backend runs will use: the exit status says whether it works
+	// Runtimes are the worker runtimes and whether each works here
+	// (reported; a missing pi does not fail doctor).
+	Runtimes []runtimeReport
 }
 
 func newDoctorCmd(d *deps) *cli.Command {
@@ -70,6 +75,7 @@ folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md
 			rep := sandbox.Probe(c.Context, sbOpts,
 				sandbox.Folder{Name: "worktree base", Path: base},
 				sandbox.Folder{Name: "scratch folder", Path: filepath.Join(cfg.DataRoot, "scratch")})
+			opts.Runtimes = runtimeReports(cfg)
 			return printDoctor(d.Stdout, rep, opts)
 		},
 	}
@@ -78,8 +84,29 @@ folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md
 // doctorJSON is the --json document.
 type doctorJSON struct {
 	sandbox.Report
-	Selected string `json:"selected"` // the backend asked about (--sandbox)
-	Works    bool   `json:"works"`    // whether it works: the exit status
+	Selected string          `json:"selected"` // the backend asked about (--sandbox)
+	Works    bool            `json:"works"`    // whether it works: the exit status
+	Runtimes []runtimeReport `json:"runtimes"`
+}
+
+// runtimeReport says whether one worker runtime can run here.
+type runtimeReport struct {
+	Name   string `json:"name"`
+	Works  bool   `json:"works"`
+	Detail string `json:"detail"`
+}
+
+// runtimeReports checks the worker runtimes: the built-in loop always
+// works; pi when its install (CONDUCTOR_PI_DIR) and node are usable.
+func runtimeReports(cfg conductor.Config) []runtimeReport {
+	out := []runtimeReport{{Name: runtask.RuntimeBuiltin, Works: true, Detail: "conductor's own tool loop"}}
+	pi := runtimeReport{Name: runtask.RuntimePi}
+	if in, err := runtask.FindPi(cfg.PiDir); err != nil {
+		pi.Detail = err.Error()
+	} else {
+		pi.Works, pi.Detail = true, fmt.Sprintf("pi %s in %s, node %s", in.Version, in.Prefix, in.Node)
+	}
+	return append(out, pi)
 }
 
 func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
@@ -87,7 +114,7 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 	if opts.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works}); err != nil {
+		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes}); err != nil {
 			return err
 		}
 	} else {
@@ -109,6 +136,16 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 					mark = "FAIL"
 				}
 				fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+			}
+		}
+		if len(opts.Runtimes) > 0 {
+			fmt.Fprintf(tw, "worker runtimes\n")
+			for _, r := range opts.Runtimes {
+				state := "works"
+				if !r.Works {
+					state = "unavailable"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, state, r.Detail)
 			}
 		}
 		if err := tw.Flush(); err != nil {
