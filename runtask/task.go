@@ -128,6 +128,7 @@ func ParseTask(name string, data []byte) (Task, error) {
 		"tokenBudget":    {false, &t.TokenBudget},
 		"pr":             {false, &t.PR},
 		"issue":          {false, &t.Issue},
+		"runtime":        {false, &t.Runtime},
 	}
 	if err := checkKeys(top, fields, "", ferr); err != nil {
 		return t, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
@@ -17,11 +19,25 @@ func TestScriptRuntask(t *testing.T) {
 	p := scriptParams("runtask", map[string]func(ts *testscript.TestScript, neg bool, args []string){
 		"fakellm": fakellm.ScriptCmd,
 	})
+	pi := os.Getenv("CONDUCTOR_TEST_PI_DIR")
+	if pi == "" {
+		pi = "/opt/conductor/pi"
+	}
+	// [pi]: the pi runtime can run here (skipped without it locally; CI
+	// installs it, and the runtask package's pi tests fail there without it).
+	p.Condition = func(cond string) (bool, error) {
+		if cond != "pi" {
+			return false, fmt.Errorf("unknown condition %q", cond)
+		}
+		_, err := runtask.FindPi(pi)
+		return err == nil, nil
+	}
 	setup := p.Setup
 	p.Setup = func(env *testscript.Env) error {
 		if err := setup(env); err != nil {
 			return err
 		}
+		env.Setenv("CONDUCTOR_PI_DIR", pi)
 		// The bwrap sandbox runs commands as an unprivileged uid that must
 		// traverse to the worktrees: open the test's own temp folders.
 		tmp := filepath.Clean(os.TempDir())
