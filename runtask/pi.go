@@ -1,7 +1,6 @@
 package runtask
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -9,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,6 +205,17 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 		return runrec.StatusFailed, "runtime pi: scratch folder: " + err.Error()
 	}
 	r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: "pi", Text: "pi " + p.install.Version + " started"})
+	eventsPath := filepath.Join(dirs.out, "events.jsonl")
+	stop := make(chan struct{})
+	type followed struct {
+		events []byte
+		out    piOutcome
+	}
+	done := make(chan followed, 1)
+	go func() {
+		ev, o := p.follow(eventsPath, stop)
+		done <- followed{ev, o}
+	}()
 	res, runErr := r.opts.Sandbox.Run(ctx, sandbox.Spec{
 		Dir: r.lease.Dir(), DirInside: piInsideDir, Argv: argv, Env: env, Scratch: r.scratch,
 		Timeout: remaining, OutputLimit: fullOutputLimit,
@@ -213,7 +224,9 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 			{Path: dirs.out, Writable: true}, {Path: dirs.session, Writable: true},
 		},
 	})
-	events, _ := os.ReadFile(filepath.Join(dirs.out, "events.jsonl"))
+	close(stop)
+	f := <-done
+	events, out := f.events, f.out
 	if len(events) > 0 {
 		if err := runrec.WriteFileAtomic(r.runDir.Path(PiEventsFile), events, 0o644); err != nil {
 			r.warnf("pi events: %v", err)
@@ -222,7 +235,6 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 	if len(res.Output) > 0 {
 		fmt.Fprintf(r.errFile, "%s", res.Output)
 	}
-	out := p.normalise(events)
 	u := proxy.Usage()
 	st.Tokens = tokenCount{Prompt: u.PromptTokens, Completion: u.CompletionTokens, Total: u.TotalTokens,
 		Reported: int(u.Requests - u.Unreported), Unreported: int(u.Unreported)}
@@ -341,15 +353,13 @@ type piOutcome struct {
 	errorMessage string // the last assistant message ended in an error
 }
 
-// normalise turns pi's events into transcript lines (one model line per
-// assistant message, a call and a result line per tool execution) and
-// counts the steps.
-func (p *piSession) normalise(events []byte) piOutcome {
+// handle turns one of pi's events into transcript lines (one model line
+// per assistant message, a call and a result line per tool execution) and
+// progress events, and counts the steps. Lines that are not events (pi's
+// own noise) are skipped.
+func (p *piSession) handle(line []byte, out *piOutcome) {
 	r, st := p.r, p.r.state
-	var out piOutcome
-	sc := bufio.NewScanner(bytes.NewReader(events))
-	sc.Buffer(make([]byte, 0, 64<<10), 64<<20)
-	for sc.Scan() {
+	{
 		var ev struct {
 			Type       string          `json:"type"`
 			Message    json.RawMessage `json:"message"`
@@ -361,8 +371,8 @@ func (p *piSession) normalise(events []byte) piOutcome {
 			} `json:"result"`
 			IsError bool `json:"isError"`
 		}
-		if json.Unmarshal(sc.Bytes(), &ev) != nil {
-			continue
+		if json.Unmarshal(line, &ev) != nil {
+			return
 		}
 		switch ev.Type {
 		case "agent_end":
@@ -380,7 +390,7 @@ func (p *piSession) normalise(events []byte) piOutcome {
 				} `json:"usage"`
 			}
 			if json.Unmarshal(ev.Message, &m) != nil || m.Role != "assistant" {
-				continue
+				return
 			}
 			st.Step++
 			msg := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant}
@@ -405,6 +415,7 @@ func (p *piSession) normalise(events []byte) piOutcome {
 				out.errorMessage = ""
 			}
 			r.transcript(transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: finish, Usage: usage})
+			r.emitStep()
 		case "tool_execution_start":
 			r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: ev.ToolCallID, Tool: ev.ToolName, Arguments: string(ev.Args)})
 			r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: ev.ToolName, Text: clip(string(ev.Args), 80)})
@@ -418,7 +429,47 @@ func (p *piSession) normalise(events []byte) piOutcome {
 			r.transcript(transcriptLine{Type: lineToolResult, Step: st.Step, CallID: ev.ToolCallID, Tool: ev.ToolName, Content: strings.Join(text, "\n"), IsError: ev.IsError})
 		}
 	}
-	return out
+}
+
+// follow reads pi's events as they are written, until stop is closed and
+// the file is read to its end: the transcript and the progress events are
+// live while pi runs. It returns every event line read.
+func (p *piSession) follow(path string, stop <-chan struct{}) ([]byte, piOutcome) {
+	var out piOutcome
+	var all, partial []byte
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var off int64
+	for {
+		stopping := false
+		select {
+		case <-stop:
+			stopping = true
+		case <-tick.C:
+		}
+		if f, err := os.Open(path); err == nil {
+			f.Seek(off, io.SeekStart)
+			chunk, _ := io.ReadAll(io.LimitReader(f, 64<<20))
+			f.Close()
+			off += int64(len(chunk))
+			all = append(all, chunk...)
+			partial = append(partial, chunk...)
+			for {
+				i := bytes.IndexByte(partial, '\n')
+				if i < 0 {
+					break
+				}
+				p.handle(partial[:i], &out)
+				partial = partial[i+1:]
+			}
+		}
+		if stopping {
+			if len(partial) > 0 {
+				p.handle(partial, &out)
+			}
+			return all, out
+		}
+	}
 }
 
 // piContent is one part of a pi message.
