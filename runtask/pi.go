@@ -121,6 +121,7 @@ const PiEventsFile = "pi-events.jsonl"
 // piSession is one pi round of a run.
 type piSession struct {
 	r       *runner
+	proxy   *modelproxy.Proxy // the round's proxy: its usage is the run's
 	mode    runMode
 	spec    ModelSpec
 	key     string
@@ -182,6 +183,7 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 		return runrec.StatusFailed, "runtime pi: " + err.Error()
 	}
 	defer proxy.Close()
+	p.proxy = proxy
 
 	var tools []string
 	for _, t := range r.tools {
@@ -235,10 +237,8 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 	if len(res.Output) > 0 {
 		fmt.Fprintf(r.errFile, "%s", res.Output)
 	}
+	p.countTokens()
 	u := proxy.Usage()
-	st.Tokens = tokenCount{Prompt: u.PromptTokens, Completion: u.CompletionTokens, Total: u.TotalTokens,
-		Reported: int(u.Requests - u.Unreported), Unreported: int(u.Unreported)}
-	r.emitStep()
 	switch {
 	case ctx.Err() != nil:
 		return runrec.StatusCancelled, "cancelled"
@@ -415,6 +415,7 @@ func (p *piSession) handle(line []byte, out *piOutcome) {
 				out.errorMessage = ""
 			}
 			r.transcript(transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: finish, Usage: usage})
+			p.countTokens()
 			r.emitStep()
 		case "tool_execution_start":
 			r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: ev.ToolCallID, Tool: ev.ToolName, Arguments: string(ev.Args)})
@@ -506,6 +507,17 @@ func (r *runner) takeNotes(ctx context.Context) string {
 	}
 	r.state.Messages = r.state.Messages[:before]
 	return strings.Join(texts, "\n\n")
+}
+
+// countTokens takes the run's token totals from the proxy: the server's
+// usage as the proxy counted it, never the runtime's own account.
+func (p *piSession) countTokens() {
+	if p.proxy == nil {
+		return
+	}
+	u := p.proxy.Usage()
+	p.r.state.Tokens = tokenCount{Prompt: u.PromptTokens, Completion: u.CompletionTokens, Total: u.TotalTokens,
+		Reported: int(u.Requests - u.Unreported), Unreported: int(u.Unreported)}
 }
 
 // emitStep reports the steps and tokens so far.

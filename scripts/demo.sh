@@ -78,4 +78,19 @@ git -C "$repo" log --format='%h %s%n%(trailers)' -1 "$after"
 run "$bin" audit --repo "$repo" "$after"
 (cd "$repo" && git checkout -q -f main && go test ./...) >&2
 
+say "6. another runtime, the same protocol: the real pi coding agent as the worker"
+export CONDUCTOR_PI_DIR="${CONDUCTOR_PI_DIR:-/opt/conductor/pi}"
+if [ "$sandbox" != none ] && "$bin" doctor --json 2>/dev/null | tr -d ' \n' | grep -q '"name":"pi","works":true'; then
+  echo "pi runs inside the same sandbox as the unprivileged uid, with no network; it reaches the model only" >&2
+  echo "through the run's model proxy, which holds the key and counts the tokens (here it answers from a replay)." >&2
+  run "$bin" run-task run "$root/testdata/demo/task-pi.json" --repo "$repo" \
+    --model "replay:$root/testdata/models/demo-pi.json" --sandbox "$sandbox" --progress | tee "$out/run-pi.txt"
+  piid="$(sed -n 's/^run \(r-[^ ]*\) .*/\1/p' "$out/run-pi.txt" | head -n1)"
+  [ -n "$piid" ] || { echo "no run id in the pi run's output" >&2; exit 1; }
+  cat "$CONDUCTOR_HOME/runs/$piid/patch.diff"
+  echo "(the same review and landing take this diff; pi's own events are in runs/$piid/pi-events.jsonl)" >&2
+else
+  echo "skipped: pi is not installed here (make pi), or there is no bwrap sandbox; conductor doctor says which" >&2
+fi
+
 say "done: main moved ${before:0:12} -> ${after:0:12}; the record of every step is under $CONDUCTOR_HOME"
