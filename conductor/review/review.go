@@ -220,11 +220,23 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	ck := &checker{ctx: ctx, g: g, landing: landing, commit: rep.Commit, base: rep.Base, changes: changes,
 		scratchDir: opts.ScratchDir, getenv: opts.Getenv, sb: sb}
 	defer ck.cleanup()
+	role, roleErr := opts.Policy.Role(roleName(res))
 	rep.Checks = append(rep.Checks, checkRunStatus(res))
+	rep.Checks = append(rep.Checks, ck.hazards(res.Hazards))
 	rep.Checks = append(rep.Checks, ck.paths())
+	rep.Checks = append(rep.Checks, ck.writes(role, roleErr))
 	rep.Checks = append(rep.Checks, ck.size())
-	rep.Checks = append(rep.Checks, ck.syntax())
-	rep.Gate = append(rep.Gate, ck.gate()...)
+	// A run refused for a breach (a worktree hazard, a path the role may
+	// not write, a policy change, an unsafe name) can never be approved:
+	// nothing of it is run.
+	breach := firstBreach(ck.refusals)
+	if breach == nil {
+		rep.Checks = append(rep.Checks, ck.syntax())
+		rep.Gate = append(rep.Gate, ck.gate()...)
+	} else {
+		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip,
+			Summary: "not run: the run is refused (" + breach.Code + ")"})
+	}
 	rep.Clean = true
 	for _, c := range rep.Checks {
 		if c.Status == StatusFail {
@@ -245,6 +257,13 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	// The verdict.
 	var outcome error
 	switch {
+	case breach != nil:
+		verb := "review refused"
+		if opts.Approve {
+			verb = "approval refused"
+		}
+		outcome = &policy.Refusal{Code: breach.Code, Fix: breach.Fix,
+			Reason: fmt.Sprintf("%s: %s (%s)", verb, breach.Reason, failedSummary(rep))}
 	case opts.Approve && !rep.Clean:
 		outcome = policy.Refusef("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
 			"approval refused: %s", failedSummary(rep))
@@ -329,6 +348,31 @@ func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
 			res.RunID, runrec.PatchFile, id, runrec.ResultFile, res.PatchID)
 	}
 	return res, diff, nil
+}
+
+// roleName is the run's role; a record from before roles were recorded ran
+// as the implementer.
+func roleName(res runrec.Result) string {
+	if res.Role == "" {
+		return "implementer"
+	}
+	return res.Role
+}
+
+// breachCodes are the refusals that make a run unapprovable whatever else
+// it holds: the worker reached past its contract.
+var breachCodes = []string{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
+	"role-write-denied", "policy-change"}
+
+func firstBreach(rs []*policy.Refusal) *policy.Refusal {
+	for _, code := range breachCodes {
+		for _, r := range rs {
+			if r.Code == code {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 func modelName(res runrec.Result) string {
