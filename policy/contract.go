@@ -220,6 +220,9 @@ func (r *Role) CheckWrite(p string) error {
 	if !slices.Contains(r.c.Tools, ToolWriteFile) && !slices.Contains(r.c.Tools, ToolEditFile) {
 		return Refusef("write-not-allowed", "this role is read-only", "role %s may not write files", r.c.Role)
 	}
+	if why := UnsafeName(p); why != "" {
+		return Refusef("write-not-allowed", "use a name of printable UTF-8 characters", "role %s: the name %s %s", r.c.Role, quotePath(p), why)
+	}
 	clean, err := CleanPath(p)
 	if err != nil {
 		return Refusef("write-not-allowed", "write a path inside the worktree", "role %s: %v", r.c.Role, err)

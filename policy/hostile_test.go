@@ -104,13 +104,18 @@ func TestCheckChangesUnsafeNames(t *testing.T) {
 				t.Fatalf("got %v, want unsafe-path-name", rs)
 			}
 			for _, r := range rs {
-				for _, b := range []byte(r.Reason + r.Fix) {
-					if b < 0x20 || b == 0x7f {
-						t.Errorf("refusal text carries a raw control byte: %q", r.Reason)
-					}
+				if why := policy.UnsafeName(r.Reason + r.Fix); why != "" {
+					t.Errorf("refusal text %s: %q", why, r.Reason)
 				}
 			}
 		})
+	}
+	// The write tools refuse such a name before it exists.
+	impl := role(t, defaults(t), "implementer")
+	for _, p := range []string{"lib/a\x1b[2J", "lib/\xff", "lib/a\u202eb"} {
+		if got := refusalCode(t, impl.CheckWrite(p)); got != "write-not-allowed" {
+			t.Errorf("CheckWrite(%q) = %q, want write-not-allowed", p, got)
+		}
 	}
 	if rs := l.CheckChanges([]policy.Change{{Status: 'A', Path: "lib/café ünïcode.txt"}}, tree); len(rs) != 0 {
 		t.Errorf("ordinary non-ASCII name refused: %v", rs)

@@ -457,7 +457,13 @@ func (l *Landing) checkLink(p, target string, links func(string) (string, bool),
 	}
 }
 
+// quotePath shows a path as is when it is plain, else Go-quoted (control
+// characters, bidi controls and invalid UTF-8 escaped: never raw on a
+// terminal).
 func quotePath(p string) string {
+	if UnsafeName(p) != "" {
+		return fmt.Sprintf("%q", p)
+	}
 	for _, r := range p {
 		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == ' ' {
 			return fmt.Sprintf("%q", p)
