@@ -187,7 +187,7 @@ func linkTree(paths []string, links map[string]string) policy.Tree {
 // 16 item 6).
 func TestCheckChangesSymlinkChains(t *testing.T) {
 	l := defaults(t).Landing()
-	tree := linkTree([]string{"docs", "src", "lib", "src/keep.txt", "lib/x"},
+	tree := linkTree([]string{"docs", "src", "lib", "src/keep.txt", "src/deep", "lib/x", "docs/guide.md"},
 		map[string]string{
 			"docs/srclink": "../src",
 			"docs/liblink": "../lib",
@@ -195,6 +195,7 @@ func TestCheckChangesSymlinkChains(t *testing.T) {
 			"docs/loop1":   "loop2",
 			"docs/loop2":   "loop1",
 			"docs/deep":    "srclink",
+			"docs/srcdeep": "../src/deep",
 		})
 	link := func(p, target string) policy.Change {
 		return policy.Change{Status: 'A', Path: p, NewMode: "120000", LinkTarget: target}
@@ -210,6 +211,11 @@ func TestCheckChangesSymlinkChains(t *testing.T) {
 		{"through a fine link", []policy.Change{link("docs/l", "liblink/x")}, nil},
 		{"out of the repository", []policy.Change{link("docs/l", "up/etc/passwd")}, []string{"forbidden-path"}},
 		{"a loop", []policy.Change{link("docs/l", "loop1/x")}, []string{"forbidden-path"}},
+		{"dot-dot after a link", []policy.Change{link("docs/l", "srcdeep/../keep.txt")}, []string{"forbidden-path"}},
+		{"dot-dot through plain folders", []policy.Change{link("docs/l", "../lib/../docs/guide.md")}, nil},
+		{"a link to itself", []policy.Change{link("docs/self", "self")}, []string{"forbidden-path"}},
+		{"the root", []policy.Change{link("docs/l", "..")}, []string{"forbidden-path"}},
+		{"into .git", []policy.Change{link("docs/l", "../.GIT/config")}, []string{"forbidden-path"}},
 		{"through a link of the same diff", []policy.Change{link("lib/a", "../src"), link("docs/b", "../lib/a/keep.txt")}, []string{"forbidden-path"}},
 		{"a link of the same diff, fine", []policy.Change{link("lib/a", "x"), link("docs/b", "../lib/a")}, nil},
 		{"the diff deletes the link", []policy.Change{{Status: 'D', Path: "docs/srclink", OldMode: "120000"}, link("docs/l", "srclink/keep.txt")}, nil},

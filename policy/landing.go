@@ -389,43 +389,54 @@ func postChangeLinks(changes []Change, treeLink func(string) (string, bool)) fun
 }
 
 // resolveLink follows the symlink at clean path p with target through
-// links and returns every repository path it reaches, in order (the last is
-// where it ends). An absolute target, a path out of the repository and more
-// than maxLinkHops links are errors.
+// links, component by component as the kernel does (a ".." after a link
+// climbs out of the link's target, not out of the link's folder), and
+// returns every repository path the walk visits, in order (the last is
+// where it ends). An absolute target, a walk out of the repository or into
+// a .git entry, one that ends at the repository root and more than
+// maxLinkHops links are errors.
 func resolveLink(p, target string, links func(string) (string, bool)) ([]string, error) {
-	var reached []string
-	cur := path.Join(path.Dir(p), target)
-	for hops := 0; ; {
-		if path.IsAbs(target) {
-			return reached, fmt.Errorf("points to the absolute path %s", quotePath(target))
-		}
-		c, err := CleanPath(cur)
-		if err != nil {
-			return reached, fmt.Errorf("points outside the repository (%s)", quotePath(cur))
-		}
-		reached = append(reached, c)
-		segs := strings.Split(c, "/")
-		next := ""
-		for i := 1; i <= len(segs) && next == ""; i++ {
-			pre := strings.Join(segs[:i], "/")
-			t, ok := links(pre)
-			if !ok {
-				continue
-			}
-			if hops++; hops > maxLinkHops {
-				return reached, fmt.Errorf("goes through more than %d symlinks (a loop?)", maxLinkHops)
-			}
-			target = t
-			next = path.Join(append([]string{path.Dir(pre), t}, segs[i:]...)...)
-			if path.IsAbs(t) {
-				next = "/"
-			}
-		}
-		if next == "" {
-			return reached, nil
-		}
-		cur = next
+	var visited, stack []string
+	rest := append(strings.Split(path.Dir(p), "/"), strings.Split(target, "/")...)
+	if path.IsAbs(target) {
+		return nil, fmt.Errorf("points to the absolute path %s", quotePath(target))
 	}
+	for hops := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return visited, fmt.Errorf("points outside the repository (%s)", quotePath(target))
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		stack = append(stack, c)
+		cur := strings.Join(stack, "/")
+		if _, err := CleanPath(cur); err != nil {
+			return visited, fmt.Errorf("points to %s: %v", quotePath(cur), err)
+		}
+		visited = append(visited, cur)
+		t, ok := links(cur)
+		if !ok {
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return visited, fmt.Errorf("goes through more than %d symlinks (a loop?)", maxLinkHops)
+		}
+		if path.IsAbs(t) {
+			return visited, fmt.Errorf("goes through %s, a symlink to the absolute path %s", quotePath(cur), quotePath(t))
+		}
+		stack = stack[:len(stack)-1]
+		rest = append(strings.Split(t, "/"), rest...)
+	}
+	if len(stack) == 0 {
+		return visited, fmt.Errorf("points at the repository root (%s)", quotePath(target))
+	}
+	return append(visited, strings.Join(stack, "/")), nil
 }
 
 // checkLink refuses a symlink at p whose target, followed through links,
@@ -440,10 +451,12 @@ func (l *Landing) checkLink(p, target string, links func(string) (string, bool),
 		return
 	}
 	reached, err := resolveLink(p, target, links)
-	for i, c := range reached {
+	lexical := path.Join(path.Dir(p), target)
+	for i := len(reached) - 1; i >= 0; i-- { // where it ends first, then the way there
+		c := reached[i]
 		if f := l.forbiddenBy(c); f != "" {
 			via := ""
-			if i > 0 {
+			if c != lexical && !strings.HasPrefix(lexical, c+"/") {
 				via = " through the tree's symlinks"
 			}
 			add(Refusef("forbidden-path", "replace the symlink; "+f+" is forbidden by landing.forbiddenPaths",
