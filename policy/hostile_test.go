@@ -311,3 +311,22 @@ func TestRepositoryRoleCannotDropSandbox(t *testing.T) {
 		t.Errorf("operator's sandbox %q", got)
 	}
 }
+
+// FuzzSymlinkResolution: any link target over any tree of links ends (at
+// most 40 hops), never panics, and a link refused for leaving the repository
+// or for a forbidden path says so with a reason and a fix.
+func FuzzSymlinkResolution(f *testing.F) {
+	f.Add("docs/l", "srclink/keep.txt", "docs/srclink", "../src")
+	f.Add("a/b", "../../x", "a/c", "..")
+	f.Add("l", "l/l/l", "l", "l")
+	f.Add("x/y", "z/../../src", "x/z", "q/r")
+	l := defaults(f).Landing()
+	f.Fuzz(func(t *testing.T, p, target, linkPath, linkTarget string) {
+		tree := linkTree([]string{"docs", "src", "lib"}, map[string]string{linkPath: linkTarget})
+		for _, r := range l.CheckChangesOn([]policy.Change{{Status: 'A', Path: p, NewMode: "120000", LinkTarget: target}}, tree) {
+			if r.Code == "" || r.Reason == "" || r.Fix == "" {
+				t.Fatalf("refusal %+v", r)
+			}
+		}
+	})
+}
