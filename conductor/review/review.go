@@ -99,14 +99,17 @@ type Report struct {
 	PatchID   string `json:"patchId"`
 	// WorkRefUpdated says whether the work branch was moved to Commit
 	// (only when a verdict is recorded).
-	WorkRefUpdated bool          `json:"workRefUpdated"`
-	Files          []FileStat    `json:"files"`
-	Checks         []Check       `json:"checks"`
-	Gate           []GateResult  `json:"gate"`
-	Clean          bool          `json:"clean"`
-	Findings       []string      `json:"findings,omitempty"`
-	Verdict        *bus.Verdict  `json:"verdict,omitempty"`
-	Decision       *bus.Decision `json:"decision,omitempty"`
+	WorkRefUpdated bool         `json:"workRefUpdated"`
+	Files          []FileStat   `json:"files"`
+	Checks         []Check      `json:"checks"`
+	Gate           []GateResult `json:"gate"`
+	// GateNotRun says why the gate was not run (a run refused for a
+	// breach); empty when it ran or the policy has none.
+	GateNotRun string        `json:"gateNotRun,omitempty"`
+	Clean      bool          `json:"clean"`
+	Findings   []string      `json:"findings,omitempty"`
+	Verdict    *bus.Verdict  `json:"verdict,omitempty"`
+	Decision   *bus.Decision `json:"decision,omitempty"`
 }
 
 // FollowUp is the refinement message for a re-dispatch: the reviewer's text
@@ -234,8 +237,11 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		rep.Checks = append(rep.Checks, ck.syntax())
 		rep.Gate = append(rep.Gate, ck.gate()...)
 	} else {
-		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip,
-			Summary: "not run: the run is refused (" + breach.Code + ")"})
+		notRun := "not run: the run is refused (" + breach.Code + ")"
+		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip, Summary: notRun})
+		if len(landing.Gate()) > 0 {
+			rep.GateNotRun = notRun
+		}
 	}
 	rep.Clean = true
 	for _, c := range rep.Checks {
