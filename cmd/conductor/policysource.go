@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"testing/fstest"
 
@@ -23,6 +24,10 @@ func enforcedPolicy(ctx context.Context, flag, gitDir, rev string) (*policy.Poli
 		dir, err := resolveRolesDir(flag)
 		if err != nil {
 			return nil, err
+		}
+		if in, wt := inWorkTree(dir, gitDir); in {
+			return nil, usagef("--roles %s is inside the repository's working tree %s, which a gate or a change can write: "+
+				"pass a roles folder outside the repository, or leave --roles out to use the policy committed on the target", flag, wt)
 		}
 		return policy.Load(roles.FS, dir)
 	}
@@ -70,4 +75,25 @@ func committedRoles(ctx context.Context, g patch.Git, rev string) (fs.FS, string
 		return nil, "", nil
 	}
 	return files, rev + ":roles", nil
+}
+
+// inWorkTree reports whether dir lies in the main working tree of the
+// repository whose git dir is gitDir (".../repo/.git").
+func inWorkTree(dir, gitDir string) (bool, string) {
+	if filepath.Base(gitDir) != ".git" {
+		return false, ""
+	}
+	wt, err := filepath.EvalSymlinks(filepath.Dir(gitDir))
+	if err != nil {
+		return false, ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false, ""
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	rel, err := filepath.Rel(wt, abs)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)), wt
 }
