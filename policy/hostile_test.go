@@ -330,3 +330,24 @@ func FuzzSymlinkResolution(f *testing.F) {
 		}
 	})
 }
+
+// TestLoadRepoFiles: contracts read from a commit load like a folder's,
+// under the repository's rules.
+func TestLoadRepoFiles(t *testing.T) {
+	p, err := policy.LoadRepoFiles(roles.FS, map[string][]byte{
+		policy.PolicyFile:  []byte(`{"landing": {"forbiddenPaths": ["lib/**"]}}`),
+		"implementer.json": []byte(`{"sandbox": "bwrap"}`),
+	}, "HEAD:roles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Landing().ForbiddenPaths(); !slices.Equal(got, []string{"lib/**"}) {
+		t.Errorf("forbidden %v", got)
+	}
+	if !strings.Contains(p.Landing().Source(), "HEAD:roles/conductor-policy.json") {
+		t.Errorf("source %q", p.Landing().Source())
+	}
+	if _, err := policy.LoadRepoFiles(roles.FS, map[string][]byte{"implementer.json": []byte(`{"sandbox": "none"}`)}, "HEAD:roles"); err == nil {
+		t.Error("sandbox none from a commit loaded")
+	}
+}

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
-	"testing/fstest"
 
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
@@ -41,13 +39,13 @@ func enforcedPolicy(ctx context.Context, flag, gitDir, rev string) (*policy.Poli
 	if files == nil {
 		return policy.Load(roles.FS, "")
 	}
-	return policy.LoadRepoFS(roles.FS, files, label)
+	return policy.LoadRepoFiles(roles.FS, files, label)
 }
 
 // committedRoles reads the contract files of roles/ in the tree of rev
 // (regular files only; a symlink is not followed). nil when rev does not
 // resolve or its tree has no roles/ folder.
-func committedRoles(ctx context.Context, g patch.Git, rev string) (fs.FS, string, error) {
+func committedRoles(ctx context.Context, g patch.Git, rev string) (map[string][]byte, string, error) {
 	tree, err := g.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{tree}")
 	if err != nil || !patch.IsObjectID(tree) {
 		return nil, "", nil
@@ -56,7 +54,7 @@ func committedRoles(ctx context.Context, g patch.Git, rev string) (fs.FS, string
 	if err != nil {
 		return nil, "", fmt.Errorf("policy: list roles/ at %s: %w", rev, err)
 	}
-	files := fstest.MapFS{}
+	files := map[string][]byte{}
 	for _, rec := range strings.Split(string(out), "\x00") {
 		meta, name, ok := strings.Cut(rec, "\t")
 		f := strings.Fields(meta)
@@ -69,7 +67,7 @@ func committedRoles(ctx context.Context, g patch.Git, rev string) (fs.FS, string
 		if err != nil {
 			return nil, "", fmt.Errorf("policy: read %s at %s: %w", name, rev, err)
 		}
-		files[base] = &fstest.MapFile{Data: data, Mode: 0o644}
+		files[base] = data
 	}
 	if len(files) == 0 {
 		return nil, "", nil
