@@ -23,7 +23,7 @@ import (
 // Rules is what land asks the landing policy (policy.Landing implements it).
 type Rules interface {
 	TargetAllowed(target string) error
-	CheckChanges(changes []policy.Change, existsAtTarget func(path string) bool) []*policy.Refusal
+	CheckChangesOn(changes []policy.Change, tip policy.Tree) []*policy.Refusal
 	Gate() []policy.GateCommand
 	RequiredOption() string
 	RequiredVerdict() string
@@ -534,7 +534,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if err != nil {
 		return "", err
 	}
-	if rs := o.Rules.CheckChanges(changes, exists); len(rs) > 0 {
+	if rs := o.Rules.CheckChangesOn(changes, policy.Tree{Exists: exists, Link: l.linkAt(tipTree)}); len(rs) > 0 {
 		return "", combine(rs)
 	}
 	o.Fault("policy")

@@ -80,6 +80,44 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 	}, nil
 }
 
+// linkAt answers "is this path a symlink in the tip's tree, and to what?"
+// for the landing policy, which follows a new link through the tip's links.
+// Each parent folder is read once; an error answers "no link".
+func (l *lander) linkAt(root object) func(string) (string, bool) {
+	entries := map[string][]treeEntry{}
+	dirEntries := func(dir string) []treeEntry {
+		if es, ok := entries[dir]; ok {
+			return es
+		}
+		name := root.OID
+		if dir != "" {
+			name += ":" + dir
+		}
+		var es []treeEntry
+		if o, err := l.cat.get(name); err == nil && o.Type == "tree" {
+			es, _ = parseTree(o.Content)
+		}
+		entries[dir] = es
+		return es
+	}
+	return func(p string) (string, bool) {
+		dir, base := "", p
+		if i := strings.LastIndexByte(p, '/'); i >= 0 {
+			dir, base = p[:i], p[i+1:]
+		}
+		for _, e := range dirEntries(dir) {
+			if e.Name == base && e.Mode == "120000" {
+				o, err := l.cat.get(e.OID)
+				if err != nil || o.Type != "blob" {
+					return "/", true // unreadable: taken as a link out of the repository
+				}
+				return string(o.Content), true
+			}
+		}
+		return "", false
+	}
+}
+
 // squash merges the approved commit onto tip without a checkout and returns
 // the resulting tree, or a conflict refusal.
 func (l *lander) squash(ctx context.Context, tip, approved string) (string, error) {

@@ -220,6 +220,9 @@ func (r *Role) CheckWrite(p string) error {
 	if !slices.Contains(r.c.Tools, ToolWriteFile) && !slices.Contains(r.c.Tools, ToolEditFile) {
 		return Refusef("write-not-allowed", "this role is read-only", "role %s may not write files", r.c.Role)
 	}
+	if why := UnsafeName(p); why != "" {
+		return Refusef("write-not-allowed", "use a name of printable UTF-8 characters", "role %s: the name %s %s", r.c.Role, quotePath(p), why)
+	}
 	clean, err := CleanPath(p)
 	if err != nil {
 		return Refusef("write-not-allowed", "write a path inside the worktree", "role %s: %v", r.c.Role, err)
@@ -247,6 +250,60 @@ func (r *Role) CheckWrite(p string) error {
 	}
 	return Refusef("write-not-allowed", "write only paths matching "+strings.Join(w.Allow, ", "),
 		"role %s may not write %s", r.c.Role, clean)
+}
+
+// writeRule returns the write rule that refuses clean path p ("" when the
+// role's write rules allow it): the deny pattern that matches, or the
+// allow list none of whose patterns match.
+func (r *Role) writeRule(clean string) string {
+	if !slices.Contains(r.c.Tools, ToolWriteFile) && !slices.Contains(r.c.Tools, ToolEditFile) {
+		return "no write tool (a read-only role)"
+	}
+	w := r.c.Write
+	if w == nil {
+		return "no write rules"
+	}
+	for _, d := range w.Deny {
+		if matchGlob(d, clean, true) {
+			return fmt.Sprintf("write.deny %q", d)
+		}
+	}
+	for _, a := range w.Allow {
+		if matchGlob(a, clean, false) {
+			return ""
+		}
+	}
+	return "write.allow " + quoteArgv(w.Allow)
+}
+
+// CheckChangeWrites applies the role's write rules to every path of a
+// diff's changes, however the change was made (a write tool, or a command
+// such as a Makefile recipe): the path of an add, a modification, a mode or
+// type change and a deletion, and both names of a rename (a copy's source is
+// only read). It returns a role-write-denied refusal per path the role may
+// not write, naming the path and the rule; nil when every path is allowed.
+func (r *Role) CheckChangeWrites(changes []Change) []*Refusal {
+	var out []*Refusal
+	check := func(raw string) {
+		clean, err := CleanPath(raw)
+		if err != nil {
+			out = append(out, Refusef("role-write-denied", "leave that path out of the change",
+				"role %s may not write %s: %v", r.c.Role, quotePath(raw), err))
+			return
+		}
+		if rule := r.writeRule(clean); rule != "" {
+			out = append(out, Refusef("role-write-denied",
+				"revert the change to "+quotePath(clean)+" (however it was made: a command's writes count too), or give the task a role that may write it",
+				"role %s may not write %s (%s); the diff changes it", r.c.Role, quotePath(clean), rule))
+		}
+	}
+	for _, ch := range changes {
+		if ch.Status == 'R' {
+			check(ch.OldPath)
+		}
+		check(ch.Path)
+	}
+	return out
 }
 
 // MayWrite is CheckWrite as a boolean.

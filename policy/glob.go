@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"path"
 	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/text/cases"
+	"golang.org/x/text/unicode/norm"
 )
 
 // Path patterns in contracts are slash-separated and anchored at the
@@ -14,13 +18,63 @@ import (
 // files at the root only and "**/*.md" matches them at any depth.
 
 // matchGlob reports whether the clean, slash-separated name matches pattern.
-// With fold, the comparison ignores case (Unicode simple folding via
-// strings.ToLower on both sides).
+// Both sides are NFC-normalised first (a file system that normalises names,
+// as HFS+ and APFS do, writes café and cafe\u0301 to one file). With fold,
+// the comparison ignores case the way the most permissive case-insensitive
+// file system would: see foldName.
 func matchGlob(pattern, name string, fold bool) bool {
 	if fold {
-		pattern, name = strings.ToLower(pattern), strings.ToLower(name)
+		pattern, name = foldName(pattern), foldName(name)
+	} else {
+		pattern, name = norm.NFC.String(pattern), norm.NFC.String(name)
 	}
 	return matchSegs(strings.Split(pattern, "/"), strings.Split(name, "/"))
+}
+
+// foldName is the form in which two names a case-insensitive file system
+// may take as one are equal: NFC, without the code points HFS+ ignores,
+// with both Turkish i's (İ U+0130, ı U+0131) taken as i (a Turkic-locale
+// folding maps them so, and full folding turns İ into i plus a combining
+// dot), then full Unicode case folding (ſ → s, K (Kelvin) → k, ß → ss),
+// and NFC again. strings.ToLower is not enough: it leaves ſ and ß alone.
+func foldName(s string) string {
+	s = norm.NFC.String(s)
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r == 'İ' || r == 'ı':
+			return 'i'
+		case hfsIgnorable(r):
+			return -1
+		}
+		return r
+	}, s)
+	return norm.NFC.String(cases.Fold().String(s))
+}
+
+// hfsIgnorable reports the code points HFS+ leaves out of a name when it
+// compares names.
+func hfsIgnorable(r rune) bool {
+	return r >= 0x200c && r <= 0x200f || r >= 0x202a && r <= 0x202e ||
+		r >= 0x206a && r <= 0x206f || r == 0xfeff
+}
+
+// UnsafeName reports why a path (or a symlink target) is not safe to show
+// or to land, or "" when it is: invalid UTF-8, a control character (C0, DEL,
+// C1: they reach terminals and split lines of git's output) or a
+// bidirectional override (it makes a name read as another).
+func UnsafeName(p string) string {
+	if !utf8.ValidString(p) {
+		return "is not valid UTF-8"
+	}
+	for _, r := range p {
+		switch {
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
+			return fmt.Sprintf("contains the control character %U", r)
+		case r >= 0x202a && r <= 0x202e || r >= 0x2066 && r <= 0x2069:
+			return fmt.Sprintf("contains the bidirectional control %U", r)
+		}
+	}
+	return ""
 }
 
 func matchSegs(pat, name []string) bool {
@@ -108,10 +162,8 @@ func CleanPath(p string) (string, error) {
 // system.
 func isDotGit(seg string) bool {
 	s := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 0x200c && r <= 0x200f, r >= 0x202a && r <= 0x202e,
-			r >= 0x206a && r <= 0x206f, r == 0xfeff:
-			return -1 // ignored by HFS+
+		if hfsIgnorable(r) {
+			return -1
 		}
 		return r
 	}, strings.ToLower(seg))

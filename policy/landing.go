@@ -30,6 +30,11 @@ type LandingRules struct {
 	CaseInsensitivePaths bool `json:"caseInsensitivePaths"`
 	// NoNewRootFiles refuses a file added at the repository root.
 	NoNewRootFiles bool `json:"noNewRootFiles"`
+	// PolicyChanges lets a landing change roles/** (the role contracts and
+	// this file). Off by default: a worker's change never loosens the rules
+	// it is checked by; a person sets it, in the policy the target already
+	// has, for the one landing that needs it.
+	PolicyChanges bool `json:"policyChanges,omitempty"`
 	// NoNewTopLevelDirs refuses a path whose first segment does not exist
 	// at the target.
 	NoNewTopLevelDirs bool `json:"noNewTopLevelDirs"`
@@ -196,20 +201,50 @@ func (l *Landing) forbiddenBy(clean string) string {
 	return ""
 }
 
-// CheckChanges applies the landing path rules to a diff's changes and returns
-// every refusal (nil when the changes may land). existsAtTarget reports
-// whether a path (a file or a folder) exists at the landing target; nil means
-// "nothing exists" (every added root file and top-level folder is new).
-//
-// Rules: every path (both sides of a rename or copy) is normalised first; a
-// path that does not normalise, or that falls under a forbidden pattern
-// (case-insensitively when caseInsensitivePaths is set), is forbidden-path —
-// whatever the change: added, modified, deleted, renamed into or out of. A
-// symlink whose target resolves into a forbidden path or out of the
-// repository is forbidden-path. An added (or renamed-to) path at the root
-// that does not exist at the target is adds-root-file; one whose first
-// segment does not exist at the target is adds-top-level-dir.
+// Tree is what the landing path rules know of the tree a change lands on
+// (the target's tip, or the run's base for review).
+type Tree struct {
+	// Exists reports whether a path (a file or a folder) exists; nil means
+	// nothing exists (every added root file and top-level folder is new).
+	Exists func(path string) bool
+	// Link returns the target of the symlink at a clean path; nil, or ok
+	// false, when the path is not a symlink in the tree.
+	Link func(path string) (target string, ok bool)
+}
+
+// PolicyPaths are the paths of the role contracts and the landing policy
+// itself: a change to them needs landing.policyChanges.
+var policyPaths = []string{"roles/**"}
+
+// maxLinkHops bounds how many symlinks a new link is followed through (as
+// the kernel's 40).
+const maxLinkHops = 40
+
+// CheckChanges is CheckChangesOn with a tree known only by existsAtTarget
+// (no symlinks in it).
 func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string) bool) []*Refusal {
+	return l.CheckChangesOn(changes, Tree{Exists: existsAtTarget})
+}
+
+// CheckChangesOn applies the landing path rules to a diff's changes and
+// returns every refusal (nil when the changes may land).
+//
+// Rules: a path (both sides of a rename, the new side of a copy) with
+// control characters, bidirectional controls or invalid UTF-8 is
+// unsafe-path-name. Every other path is normalised first; a path that does
+// not normalise, or that falls under a forbidden pattern (case-insensitively,
+// with full Unicode folding, when caseInsensitivePaths is set), is
+// forbidden-path — whatever the change: added, modified, deleted, renamed
+// into or out of. A path under roles/** (the role contracts and this policy)
+// is policy-change unless landing.policyChanges is set. A symlink is
+// followed through the links of the tree after the change (the tree's, less
+// those the change removes, plus those it adds; at most 40 hops): when a
+// path it reaches is forbidden, or it leaves the repository, it is
+// forbidden-path. An added (or renamed-to) path at the root that does not
+// exist at the target is adds-root-file; one whose first segment does not
+// exist at the target is adds-top-level-dir.
+func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*Refusal {
+	existsAtTarget := tree.Exists
 	if existsAtTarget == nil {
 		existsAtTarget = func(string) bool { return false }
 	}
@@ -223,18 +258,31 @@ func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string
 		}
 	}
 	forbidden := func(raw, what string) (string, bool) {
+		if why := UnsafeName(raw); why != "" {
+			add(Refusef("unsafe-path-name", "rename the file to a name of printable UTF-8 characters",
+				"%s %s: the name %s", what, quotePath(raw), why))
+			return "", false
+		}
 		c, err := CleanPath(raw)
 		if err != nil {
 			add(Refusef("forbidden-path", "leave that path out of the change", "%s: %v", what, err))
 			return "", false
 		}
+		ok := true
 		if f := l.forbiddenBy(c); f != "" {
-			add(Refusef("forbidden-path", "revert the change to "+c+"; "+f+" is forbidden by landing.forbiddenPaths",
+			add(Refusef("forbidden-path", "revert the change to "+quotePath(c)+"; "+f+" is forbidden by landing.forbiddenPaths",
 				"%s %s is under forbidden path %s", what, quotePath(c), f))
-			return c, false
+			ok = false
 		}
-		return c, true
+		if f := l.policyPath(c); f != "" {
+			add(Refusef("policy-change", "revert the change to "+quotePath(c)+"; a person changes the role contracts and the landing policy "+
+				"(or sets landing.policyChanges in the policy the target already has)",
+				"%s %s changes the policy (%s) and landing.policyChanges is not set", what, quotePath(c), f))
+			ok = false
+		}
+		return c, ok
 	}
+	links := postChangeLinks(changes, tree.Link)
 	for _, ch := range changes {
 		var newPath string
 		switch ch.Status {
@@ -247,6 +295,8 @@ func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string
 				verb = "copying from"
 			}
 			if ch.Status == 'R' {
+				forbidden(ch.OldPath, verb)
+			} else if why := UnsafeName(ch.OldPath); why != "" {
 				forbidden(ch.OldPath, verb)
 			}
 			p, ok := forbidden(ch.Path, "renaming into")
@@ -266,12 +316,12 @@ func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string
 				continue
 			}
 			if ch.NewMode == "120000" {
-				l.checkLink(p, ch.LinkTarget, add)
+				l.checkLink(p, ch.LinkTarget, links, add)
 			}
 			continue
 		}
 		if ch.NewMode == "120000" {
-			l.checkLink(newPath, ch.LinkTarget, add)
+			l.checkLink(newPath, ch.LinkTarget, links, add)
 		}
 		first, _, nested := strings.Cut(newPath, "/")
 		switch {
@@ -286,31 +336,147 @@ func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string
 	return out
 }
 
-// checkLink refuses a symlink at p whose target leaves the repository or
-// points into a forbidden path.
-func (l *Landing) checkLink(p, target string, add func(*Refusal)) {
-	if target == "" {
-		return
+// policyPath returns the policy pattern a clean path falls under when
+// policy changes are not allowed, else "". It always folds case: a
+// case-insensitive checkout would write ROLES/x over roles/x.
+func (l *Landing) policyPath(clean string) string {
+	if l.r.PolicyChanges {
+		return ""
 	}
-	if path.IsAbs(target) {
-		add(Refusef("forbidden-path", "replace the symlink with a regular file",
-			"symlink %s points to the absolute path %s", quotePath(p), quotePath(target)))
-		return
+	for _, p := range policyPaths {
+		if matchGlob(p, clean, true) {
+			return p
+		}
 	}
-	resolved := path.Join(path.Dir(p), target)
-	c, err := CleanPath(resolved)
-	if err != nil {
-		add(Refusef("forbidden-path", "replace the symlink with a regular file",
-			"symlink %s points outside the repository (%s)", quotePath(p), quotePath(target)))
-		return
+	return ""
+}
+
+// postChangeLinks answers "is this clean path a symlink, and to what?" for
+// the tree after the changes: the changes' own links first, then the tree's
+// links less those the changes delete, rename away or replace.
+func postChangeLinks(changes []Change, treeLink func(string) (string, bool)) func(string) (string, bool) {
+	added, removed := map[string]string{}, map[string]bool{}
+	clean := func(p string) string {
+		c, err := CleanPath(p)
+		if err != nil {
+			return p
+		}
+		return c
 	}
-	if f := l.forbiddenBy(c); f != "" {
-		add(Refusef("forbidden-path", "replace the symlink; "+f+" is forbidden by landing.forbiddenPaths",
-			"symlink %s points into forbidden path %s (%s)", quotePath(p), f, c))
+	for _, ch := range changes {
+		switch ch.Status {
+		case 'D':
+			removed[clean(ch.Path)] = true
+			continue
+		case 'R':
+			removed[clean(ch.OldPath)] = true
+		}
+		if ch.NewMode == "120000" {
+			added[clean(ch.Path)] = ch.LinkTarget
+		} else {
+			removed[clean(ch.Path)] = true
+		}
+	}
+	return func(p string) (string, bool) {
+		if t, ok := added[p]; ok {
+			return t, true
+		}
+		if removed[p] || treeLink == nil {
+			return "", false
+		}
+		return treeLink(p)
 	}
 }
 
+// resolveLink follows the symlink at clean path p with target through
+// links, component by component as the kernel does (a ".." after a link
+// climbs out of the link's target, not out of the link's folder), and
+// returns every repository path the walk visits, in order (the last is
+// where it ends). An absolute target, a walk out of the repository or into
+// a .git entry, one that ends at the repository root and more than
+// maxLinkHops links are errors.
+func resolveLink(p, target string, links func(string) (string, bool)) ([]string, error) {
+	var visited, stack []string
+	rest := append(strings.Split(path.Dir(p), "/"), strings.Split(target, "/")...)
+	if path.IsAbs(target) {
+		return nil, fmt.Errorf("points to the absolute path %s", quotePath(target))
+	}
+	for hops := 0; len(rest) > 0; {
+		c := rest[0]
+		rest = rest[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if len(stack) == 0 {
+				return visited, fmt.Errorf("points outside the repository (%s)", quotePath(target))
+			}
+			stack = stack[:len(stack)-1]
+			continue
+		}
+		stack = append(stack, c)
+		cur := strings.Join(stack, "/")
+		if _, err := CleanPath(cur); err != nil {
+			return visited, fmt.Errorf("points to %s: %v", quotePath(cur), err)
+		}
+		visited = append(visited, cur)
+		t, ok := links(cur)
+		if !ok {
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return visited, fmt.Errorf("goes through more than %d symlinks (a loop?)", maxLinkHops)
+		}
+		if path.IsAbs(t) {
+			return visited, fmt.Errorf("goes through %s, a symlink to the absolute path %s", quotePath(cur), quotePath(t))
+		}
+		stack = stack[:len(stack)-1]
+		rest = append(strings.Split(t, "/"), rest...)
+	}
+	if len(stack) == 0 {
+		return visited, fmt.Errorf("points at the repository root (%s)", quotePath(target))
+	}
+	return append(visited, strings.Join(stack, "/")), nil
+}
+
+// checkLink refuses a symlink at p whose target, followed through links,
+// leaves the repository or reaches a forbidden path.
+func (l *Landing) checkLink(p, target string, links func(string) (string, bool), add func(*Refusal)) {
+	if target == "" {
+		return
+	}
+	if why := UnsafeName(target); why != "" {
+		add(Refusef("unsafe-path-name", "point the symlink at a name of printable UTF-8 characters",
+			"symlink %s: its target %s", quotePath(p), why))
+		return
+	}
+	reached, err := resolveLink(p, target, links)
+	lexical := path.Join(path.Dir(p), target)
+	for i := len(reached) - 1; i >= 0; i-- { // where it ends first, then the way there
+		c := reached[i]
+		if f := l.forbiddenBy(c); f != "" {
+			via := ""
+			if c != lexical && !strings.HasPrefix(lexical, c+"/") {
+				via = " through the tree's symlinks"
+			}
+			add(Refusef("forbidden-path", "replace the symlink; "+f+" is forbidden by landing.forbiddenPaths",
+				"symlink %s points into forbidden path %s (%s)%s", quotePath(p), f, quotePath(c), via))
+			return
+		}
+	}
+	if err != nil {
+		add(Refusef("forbidden-path", "replace the symlink with a regular file",
+			"symlink %s %v", quotePath(p), err))
+	}
+}
+
+// quotePath shows a path as is when it is plain, else Go-quoted (control
+// characters, bidi controls and invalid UTF-8 escaped: never raw on a
+// terminal).
 func quotePath(p string) string {
+	if UnsafeName(p) != "" {
+		return fmt.Sprintf("%q", p)
+	}
 	for _, r := range p {
 		if r < 0x20 || r == 0x7f || r == '"' || r == '\\' || r == ' ' {
 			return fmt.Sprintf("%q", p)

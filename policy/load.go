@@ -106,13 +106,47 @@ func Load(defaults fs.FS, repoRolesDir string) (*Policy, error) {
 }
 
 // LoadFS is Load over two file systems; repoLabel names repo's files in
-// messages (e.g. "myrepo/roles").
+// messages (e.g. "myrepo/roles"). repo is the operator's (a --roles DIR):
+// it may set anything a contract may say.
 func LoadFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
+	return loadFS(defaults, repo, repoLabel, false)
+}
+
+// LoadRepo is Load for a roles folder the repository holds (its work tree):
+// see LoadRepoFS.
+func LoadRepo(defaults fs.FS, repoRolesDir string) (*Policy, error) {
+	if repoRolesDir == "" {
+		return LoadFS(defaults, nil, "")
+	}
+	fi, err := os.Stat(repoRolesDir)
+	if err != nil {
+		return nil, fmt.Errorf("load roles from %s: %w", repoRolesDir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("load roles from %s: not a folder", repoRolesDir)
+	}
+	return loadFS(defaults, os.DirFS(repoRolesDir), repoRolesDir, true)
+}
+
+// LoadRepoFS is LoadFS for contracts a repository holds (its work tree, or
+// a commit's roles/ folder), which a worker's change could have written: a
+// role file there may not set "sandbox": "none". Running a role unsandboxed
+// is the operator's choice alone (--sandbox none, WORKER_SANDBOX=none, or a
+// --roles DIR of the operator's); a repository may only ask for more
+// isolation (bwrap) or the default (auto).
+func LoadRepoFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
+	return loadFS(defaults, repo, repoLabel, true)
+}
+
+func loadFS(defaults, repo fs.FS, repoLabel string, fromRepo bool) (*Policy, error) {
 	l := &loader{}
 	defFiles := l.readDir(defaults, "default")
 	var repoFiles map[string]rawFile
 	if repo != nil {
 		repoFiles = l.readDir(repo, repoLabel)
+		if fromRepo {
+			l.repoSandbox(repoFiles)
+		}
 	}
 	names := map[string]bool{}
 	for n := range defFiles {
@@ -165,6 +199,26 @@ func LoadFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
 		return nil, &ValidationError{Problems: l.problems}
 	}
 	return p, nil
+}
+
+// repoSandbox reports, as a problem (the load fails), every repository role
+// file that sets the sandbox to none.
+func (l *loader) repoSandbox(files map[string]rawFile) {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		f := files[n]
+		if n == PolicyFile || f.obj == nil {
+			continue
+		}
+		if s, ok := f.obj["sandbox"].(string); ok && s == SandboxNone {
+			l.add(Problem{File: f.path, Field: "sandbox",
+				Message: `a repository's role may not set "sandbox": "none" (only the operator may run a role unsandboxed: --sandbox none, WORKER_SANDBOX=none, or a --roles DIR of the operator's)`})
+		}
+	}
 }
 
 type rawFile struct {

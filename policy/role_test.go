@@ -28,7 +28,7 @@ type rolePolicy interface {
 
 var _ rolePolicy = (*policy.Role)(nil)
 
-func defaults(t *testing.T) *policy.Policy {
+func defaults(t testing.TB) *policy.Policy {
 	t.Helper()
 	p, err := policy.Load(roles.FS, "")
 	if err != nil {

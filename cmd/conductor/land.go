@@ -14,8 +14,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -62,21 +60,18 @@ func landAction(c *cli.Context, d *deps) error {
 		return err
 	}
 	id := c.Args().First()
-	// The policy comes from the decision's repository (or --roles).
-	repo, issue := "", c.Int64("close-issue")
+	// The policy comes from the target's committed tip in the decision's
+	// repository (or the operator's --roles DIR), never a working tree.
+	repo, target, issue := "", "", c.Int64("close-issue")
 	if dec, err := store.GetDecision(ctx, id); err == nil {
-		repo = dec.Repo
+		repo, target = dec.Repo, dec.Target
 		if issue == 0 {
 			issue = dec.Issue
 		}
 	} else if !errors.Is(err, bus.ErrNotFound) {
 		return err
 	}
-	rolesDir, err := reviewRolesDir(c.String("roles"), repo)
-	if err != nil {
-		return err
-	}
-	pol, err := policy.Load(roles.FS, rolesDir)
+	pol, err := enforcedPolicy(ctx, c.String("roles"), repo, "refs/heads/"+strings.TrimPrefix(target, "refs/heads/"))
 	if err != nil {
 		return err
 	}

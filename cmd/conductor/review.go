@@ -12,7 +12,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
@@ -118,11 +117,13 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return fmt.Errorf("review: %w", err)
 	}
 
-	rolesDir, err := reviewRolesDir(c.String("roles"), res.Repo)
-	if err != nil {
-		return err
+	// The policy of the committed tip review checks against (the target
+	// to raise, else HEAD), never a working tree.
+	rev := "HEAD"
+	if t := c.String("raise"); t != "" {
+		rev = "refs/heads/" + strings.TrimPrefix(t, "refs/heads/")
 	}
-	pol, err := policy.Load(roles.FS, rolesDir)
+	pol, err := enforcedPolicy(ctx, c.String("roles"), res.Repo, rev)
 	if err != nil {
 		return fmt.Errorf("review: %w", err)
 	}
@@ -200,20 +201,6 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 		return "", fmt.Errorf("review: no run %s (no folder %s)", arg, p)
 	}
 	return runrec.Dir(p), nil
-}
-
-// reviewRolesDir is --roles (DIR/roles or DIR), else the repository's
-// roles/ folder when the run's repository has a work tree holding one.
-func reviewRolesDir(flag, repoGitDir string) (string, error) {
-	if flag != "" {
-		return resolveRolesDir(flag)
-	}
-	if filepath.Base(repoGitDir) == ".git" {
-		if sub := filepath.Join(filepath.Dir(repoGitDir), "roles"); isDir(sub) {
-			return sub, nil
-		}
-	}
-	return "", nil
 }
 
 // reviewRedispatch continues the run's session with the findings: a new run

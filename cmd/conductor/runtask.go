@@ -175,8 +175,13 @@ func firstOf(vals ...string) string {
 
 // loadRunRole loads the effective role contract: the defaults merged with
 // --roles DIR, else the workspace repository's roles/ folder.
+//
+// A roles folder found in the repository is the repository's, not the
+// operator's: it may not set a role's sandbox to none (policy.LoadRepo);
+// --roles DIR, --sandbox and WORKER_SANDBOX are the operator's.
 func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*policy.Role, error) {
 	dir := c.String("roles")
+	load := policy.Load
 	if dir != "" {
 		if sub := filepath.Join(dir, "roles"); isDir(sub) {
 			dir = sub
@@ -185,10 +190,10 @@ func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*poli
 		}
 	} else if g, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config, opts.Getenv); err == nil && g.WorkTree != "" {
 		if sub := filepath.Join(g.WorkTree, "roles"); isDir(sub) {
-			dir = sub
+			dir, load = sub, policy.LoadRepo
 		}
 	}
-	pol, err := policy.Load(roles.FS, dir)
+	pol, err := load(roles.FS, dir)
 	if err != nil {
 		return nil, err
 	}

@@ -16,8 +16,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
-	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
@@ -235,11 +233,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, issue int64) (string, error) {
 	cfg := w.d.config(w.c)
 	dir := runrec.Dir(cfg.RunDir(res.RunID))
-	rolesDir, err := reviewRolesDir(w.c.String("roles"), res.Repo)
-	if err != nil {
-		return "", err
-	}
-	pol, err := policy.Load(roles.FS, rolesDir)
+	pol, err := enforcedPolicy(ctx, w.c.String("roles"), res.Repo, "HEAD")
 	if err != nil {
 		return "", err
 	}

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
@@ -23,7 +27,8 @@ type checker struct {
 	changes    []policy.Change
 	scratchDir string
 	getenv     func(string) string
-	sb         sandbox.Sandbox // every check and gate command runs in it
+	sb         sandbox.Sandbox   // every check and gate command runs in it
+	refusals   []*policy.Refusal // every coded refusal of the checks, in order
 
 	export    string // the scratch export of the commit's tree, made on first use
 	exportErr error
@@ -44,8 +49,9 @@ func (c *checker) tree() (string, error) {
 	return c.export, c.exportErr
 }
 
-// paths applies the landing path rules (forbidden paths, new root files, new
-// top-level folders, symlinks) against the base's tree.
+// paths applies the landing path rules (unsafe names, forbidden paths,
+// policy changes, new root files, new top-level folders, symlinks followed
+// through the base's links) against the base's tree.
 func (c *checker) paths() Check {
 	top := map[string]bool{}
 	out, err := c.g.Run(c.ctx, "ls-tree", "-z", "--name-only", c.base)
@@ -58,16 +64,119 @@ func (c *checker) paths() Check {
 			top[name] = true
 		}
 	}
-	refusals := c.landing.CheckChanges(c.changes, func(p string) bool { return top[p] })
-	if len(refusals) == 0 {
-		return Check{Name: "paths", Status: StatusPass,
-			Summary: fmt.Sprintf("%d path(s) obey the landing rules", len(c.changes))}
+	links, err := c.baseLinks()
+	if err != nil {
+		return Check{Name: "paths", Status: StatusFail, Summary: "cannot list the base's symlinks: " + err.Error(),
+			Findings: []string{"paths: cannot list the base's symlinks: " + err.Error()}}
 	}
-	ck := Check{Name: "paths", Status: StatusFail, Summary: fmt.Sprintf("%d path problem(s)", len(refusals))}
+	refusals := c.landing.CheckChangesOn(c.changes, policy.Tree{Exists: func(p string) bool { return top[p] }, Link: links})
+	return c.refusalCheck("paths", refusals, fmt.Sprintf("%d path(s) obey the landing rules", len(c.changes)),
+		fmt.Sprintf("%d path problem(s)", len(refusals)))
+}
+
+// hazards refuses every worktree hazard the host found (a nested
+// repository, a special file, an unsafe name), with the hazard's code.
+func (c *checker) hazards(hs []runrec.Hazard) Check {
+	var refusals []*policy.Refusal
+	for _, h := range hs {
+		what := h.Path
+		if h.Detail != "" {
+			what += " (" + h.Detail + ")"
+		}
+		what = escapeText(what)
+		switch h.Code {
+		case runrec.HazardNestedRepo:
+			refusals = append(refusals, policy.Refusef("nested-repository",
+				"remove the .git file or folder from the worktree (a worker never makes a repository; vendor code as plain files)",
+				"%s: the worktree holds a nested repository", what))
+		case runrec.HazardSpecialFile:
+			refusals = append(refusals, policy.Refusef("special-file",
+				"remove the FIFO, socket or device file; a change holds regular files, symlinks and folders only",
+				"%s: the worktree holds a special file", what))
+		case runrec.HazardUnsafeName:
+			refusals = append(refusals, policy.Refusef("unsafe-path-name",
+				"rename the file to a name of printable UTF-8 characters",
+				"%s: the name has control characters or invalid UTF-8", what))
+		default:
+			refusals = append(refusals, policy.Refusef("special-file",
+				"remove what the host refused from the worktree",
+				"%s: the host found an unknown hazard %s", what, escapeText(h.Code)))
+		}
+	}
+	return c.refusalCheck("hazards", refusals, "the worktree held no nested repository, special file or unsafe name",
+		fmt.Sprintf("%d worktree hazard(s)", len(refusals)))
+}
+
+// escapeText shows control bytes and invalid UTF-8 as Go escapes, so
+// worker-chosen text never reaches a terminal raw.
+func escapeText(s string) string {
+	if policy.UnsafeName(s) == "" {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
+}
+
+// writes applies the run's role's write rules to every path of the diff,
+// however the worker made the change (a write tool or a command).
+func (c *checker) writes(role *policy.Role, roleErr error) Check {
+	if roleErr != nil {
+		return c.refusalCheck("writes", []*policy.Refusal{policy.Refusef("role-write-denied",
+			"review the run with the roles it ran with (--roles DIR)", "the run's role cannot be checked: %v", roleErr)}, "", "")
+	}
+	refusals := role.CheckChangeWrites(c.changes)
+	return c.refusalCheck("writes", refusals, fmt.Sprintf("role %s may write every changed path", role.Name()),
+		fmt.Sprintf("%d path(s) role %s may not write", len(refusals), role.Name()))
+}
+
+// refusalCheck turns refusals into a check (pass when there are none) and
+// keeps them for the review's outcome.
+func (c *checker) refusalCheck(name string, refusals []*policy.Refusal, pass, fail string) Check {
+	if len(refusals) == 0 {
+		return Check{Name: name, Status: StatusPass, Summary: pass}
+	}
+	if fail == "" {
+		fail = fmt.Sprintf("%d problem(s)", len(refusals))
+	}
+	ck := Check{Name: name, Status: StatusFail, Summary: fail}
 	for _, r := range refusals {
 		ck.Findings = append(ck.Findings, r.Code+": "+r.Reason)
 	}
+	c.refusals = append(c.refusals, refusals...)
 	return ck
+}
+
+// baseLinks lists the base's symlinks (one ls-tree) and returns a lookup of
+// their targets, read on first use.
+func (c *checker) baseLinks() (func(string) (string, bool), error) {
+	out, err := c.g.Run(c.ctx, "ls-tree", "-r", "-z", "--full-tree", c.base)
+	if err != nil {
+		return nil, err
+	}
+	oids := map[string]string{}
+	for _, rec := range strings.Split(string(out), "\x00") {
+		meta, name, ok := strings.Cut(rec, "\t")
+		if f := strings.Fields(meta); ok && len(f) == 3 && f[0] == "120000" {
+			oids[name] = f[2]
+		}
+	}
+	targets := map[string]string{}
+	return func(p string) (string, bool) {
+		oid, ok := oids[p]
+		if !ok {
+			return "", false
+		}
+		if t, ok := targets[p]; ok {
+			return t, true
+		}
+		b, err := c.g.Run(c.ctx, "cat-file", "blob", oid)
+		t := string(b)
+		if err != nil {
+			t = "/" // unreadable: taken as a link out of the repository (stricter)
+		}
+		targets[p] = t
+		return t, true
+	}, nil
 }
 
 // size applies the size limits: files touched, lines changed, bytes of any
@@ -158,7 +267,7 @@ func (c *checker) syntax() Check {
 			if timeout <= 0 {
 				timeout = time.Minute
 			}
-			argv := append(append([]string(nil), sc.Argv...), ch.Path)
+			argv := checkArgv(sc.Argv, ch.Path)
 			r := c.run(dir, argv, timeout)
 			ran++
 			failed := r.exitCode != 0 || r.timedOut || r.startErr != nil || (sc.FailOnOutput && strings.TrimSpace(r.output) != "")
@@ -198,6 +307,23 @@ func (c *checker) syntax() Check {
 		ck.Summary += " (skipped, not installed: " + strings.Join(sortStrings(skips), ", ") + ")"
 	}
 	return ck
+}
+
+var pythonRE = regexp.MustCompile(`^python[0-9.]*$`)
+
+// checkArgv is a syntax check's command for one file. The file is passed as
+// "./path", so a name that starts with "-" is never read as an option
+// (node --check --require=./evil.js would run evil.js), and a Python
+// interpreter runs isolated (-I: no current folder or script folder on
+// sys.path, no PYTHON* variables), so a folder json/ in the tree cannot
+// stand in for python3 -m json.tool's module.
+func checkArgv(check []string, file string) []string {
+	argv := []string{check[0]}
+	if pythonRE.MatchString(path.Base(check[0])) && !slices.Contains(check[1:], "-I") {
+		argv = append(argv, "-I")
+	}
+	argv = append(argv, check[1:]...)
+	return append(argv, "./"+file)
 }
 
 // gate runs every gate command on the scratch export.

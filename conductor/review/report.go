@@ -58,7 +58,10 @@ func printReport(w io.Writer, rep Report, asJSON bool) error {
 			fmt.Fprintln(w, indent(f, "          "))
 		}
 	}
-	if len(rep.Gate) == 0 {
+	switch {
+	case rep.GateNotRun != "":
+		fmt.Fprintln(w, "  SKIP  gate    "+rep.GateNotRun)
+	case len(rep.Gate) == 0:
 		fmt.Fprintln(w, "  SKIP  gate    no gate command in the policy")
 	}
 	for _, g := range rep.Gate {

@@ -99,14 +99,17 @@ type Report struct {
 	PatchID   string `json:"patchId"`
 	// WorkRefUpdated says whether the work branch was moved to Commit
 	// (only when a verdict is recorded).
-	WorkRefUpdated bool          `json:"workRefUpdated"`
-	Files          []FileStat    `json:"files"`
-	Checks         []Check       `json:"checks"`
-	Gate           []GateResult  `json:"gate"`
-	Clean          bool          `json:"clean"`
-	Findings       []string      `json:"findings,omitempty"`
-	Verdict        *bus.Verdict  `json:"verdict,omitempty"`
-	Decision       *bus.Decision `json:"decision,omitempty"`
+	WorkRefUpdated bool         `json:"workRefUpdated"`
+	Files          []FileStat   `json:"files"`
+	Checks         []Check      `json:"checks"`
+	Gate           []GateResult `json:"gate"`
+	// GateNotRun says why the gate was not run (a run refused for a
+	// breach); empty when it ran or the policy has none.
+	GateNotRun string        `json:"gateNotRun,omitempty"`
+	Clean      bool          `json:"clean"`
+	Findings   []string      `json:"findings,omitempty"`
+	Verdict    *bus.Verdict  `json:"verdict,omitempty"`
+	Decision   *bus.Decision `json:"decision,omitempty"`
 }
 
 // FollowUp is the refinement message for a re-dispatch: the reviewer's text
@@ -220,11 +223,26 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	ck := &checker{ctx: ctx, g: g, landing: landing, commit: rep.Commit, base: rep.Base, changes: changes,
 		scratchDir: opts.ScratchDir, getenv: opts.Getenv, sb: sb}
 	defer ck.cleanup()
+	role, roleErr := opts.Policy.Role(roleName(res))
 	rep.Checks = append(rep.Checks, checkRunStatus(res))
+	rep.Checks = append(rep.Checks, ck.hazards(res.Hazards))
 	rep.Checks = append(rep.Checks, ck.paths())
+	rep.Checks = append(rep.Checks, ck.writes(role, roleErr))
 	rep.Checks = append(rep.Checks, ck.size())
-	rep.Checks = append(rep.Checks, ck.syntax())
-	rep.Gate = append(rep.Gate, ck.gate()...)
+	// A run refused for a breach (a worktree hazard, a path the role may
+	// not write, a policy change, an unsafe name) can never be approved:
+	// nothing of it is run.
+	breach := firstBreach(ck.refusals)
+	if breach == nil {
+		rep.Checks = append(rep.Checks, ck.syntax())
+		rep.Gate = append(rep.Gate, ck.gate()...)
+	} else {
+		notRun := "not run: the run is refused (" + breach.Code + ")"
+		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip, Summary: notRun})
+		if len(landing.Gate()) > 0 {
+			rep.GateNotRun = notRun
+		}
+	}
 	rep.Clean = true
 	for _, c := range rep.Checks {
 		if c.Status == StatusFail {
@@ -245,6 +263,13 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	// The verdict.
 	var outcome error
 	switch {
+	case breach != nil:
+		verb := "review refused"
+		if opts.Approve {
+			verb = "approval refused"
+		}
+		outcome = &policy.Refusal{Code: breach.Code, Fix: breach.Fix,
+			Reason: fmt.Sprintf("%s: %s (%s)", verb, breach.Reason, failedSummary(rep))}
 	case opts.Approve && !rep.Clean:
 		outcome = policy.Refusef("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
 			"approval refused: %s", failedSummary(rep))
@@ -329,6 +354,31 @@ func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
 			res.RunID, runrec.PatchFile, id, runrec.ResultFile, res.PatchID)
 	}
 	return res, diff, nil
+}
+
+// roleName is the run's role; a record from before roles were recorded ran
+// as the implementer.
+func roleName(res runrec.Result) string {
+	if res.Role == "" {
+		return "implementer"
+	}
+	return res.Role
+}
+
+// breachCodes are the refusals that make a run unapprovable whatever else
+// it holds: the worker reached past its contract.
+var breachCodes = []string{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
+	"role-write-denied", "policy-change"}
+
+func firstBreach(rs []*policy.Refusal) *policy.Refusal {
+	for _, code := range breachCodes {
+		for _, r := range rs {
+			if r.Code == code {
+				return r
+			}
+		}
+	}
+	return nil
 }
 
 func modelName(res runrec.Result) string {

@@ -300,9 +300,9 @@ func TestFindings(t *testing.T) {
 		{"gofmt", func(t *testing.T, wt string) {
 			writeFile(t, wt, "pkg/a.go", "package pkg\nfunc   A() int {return 1}\n")
 		},
-			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/a.go: gofmt -l pkg/a.go: reported the file"}},
+			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/a.go: gofmt -l ./pkg/a.go: reported the file"}},
 		{"bash -n", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/x.sh", "if then fi (\n") },
-			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/x.sh: bash -n pkg/x.sh: exit status 2"}},
+			passGate, runrec.StatusSucceeded, "syntax", []string{"syntax: pkg/x.sh: bash -n ./pkg/x.sh: exit status 2"}},
 		{"failed run", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/ok.go", "package pkg\n") },
 			passGate, runrec.StatusTimeout, "run", []string{"the run ended timeout"}},
 		{"gate fails", func(t *testing.T, wt string) { writeFile(t, wt, "pkg/ok.go", "package pkg\n") },
