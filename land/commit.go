@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
@@ -18,6 +19,14 @@ import (
 const NotesRef = "refs/notes/conductor"
 
 const zeroOID = "0000000000000000000000000000000000000000"
+
+// How long commit waits for a ref lock another git process holds: it
+// retries after lockRetryStart, doubling, up to lockRetryMax (about 1.5 s in
+// all), then fails retryably.
+const (
+	lockRetryStart = 50 * time.Millisecond
+	lockRetryMax   = 800 * time.Millisecond
+)
 
 // Receipt is the JSON note attached to a landed commit on NotesRef.
 type Receipt struct {
@@ -120,6 +129,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		return "", err
 	}
 	defer nlock.release()
+	lockWait := lockRetryStart
 	for try := 0; ; try++ {
 		notesOld, notes, err := l.noteObjects(landed.oid, blob.oid, committer)
 		if err != nil {
@@ -147,6 +157,20 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		_, err = upd.Run(tx)
 		if err == nil {
 			break
+		}
+		if lockFile, held := patch.HeldLock(err); held {
+			// Another git process holds a ref's lock: wait a little (it
+			// is most likely brief), then give up, retryably.
+			if lockWait <= lockRetryMax {
+				select {
+				case <-ctx.Done():
+					return "", ctx.Err()
+				case <-time.After(lockWait):
+				}
+				lockWait *= 2
+				continue
+			}
+			return "", fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
 		}
 		objs, lerr := l.lookup(l.ref, NotesRef)
 		if lerr != nil {

@@ -238,9 +238,16 @@ func exitCode(ctx context.Context, err error) int {
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
 		return exitInterrupted
 	}
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
+	// Only conductor's own silentError carries a status, and only one of
+	// ours: a child's *exec.ExitError (git's 128, a gate's 2) or a
+	// cli.Exit from a library also satisfies cli.ExitCoder and must never
+	// leak out as conductor's status.
+	var se *silentError
+	if errors.As(err, &se) {
+		switch se.code {
+		case exitError, exitUsage, exitRefused, exitInterrupted:
+			return se.code
+		}
 	}
 	return exitError
 }
