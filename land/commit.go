@@ -13,6 +13,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
 )
 
 // NotesRef holds the landing receipts.
@@ -148,8 +149,14 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		if try == 0 {
 			o.Fault("commit")
 		}
-		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, landed.oid, tip,
-			NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
+		// The gate window: the verdict and the work ref were read before
+		// the gate. The verdict is read again now, the work ref is verified
+		// inside the transaction that moves the target.
+		if err := l.recheck(ctx, false); err != nil {
+			return "", err
+		}
+		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.approved.OID,
+			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
 		upd := l.update
 		if l.update = nil; upd == nil {
 			upd = l.startUpdate(ctx)
@@ -171,6 +178,9 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 				continue
 			}
 			return "", fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
+		}
+		if rerr := l.recheck(ctx, true); rerr != nil {
+			return "", rerr // the work ref moved: the verify failed
 		}
 		objs, lerr := l.lookup(l.ref, NotesRef)
 		if lerr != nil {
@@ -409,4 +419,40 @@ func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// recheck reads the latest verdict (unless refOnly) and the work ref again
+// and refuses when either changed since the landing checked them: a
+// request-changes verdict or a push during the gate is never ignored.
+func (l *lander) recheck(ctx context.Context, refOnly bool) error {
+	if !refOnly {
+		v, err := l.latestVerdict(ctx)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return fmt.Errorf("read verdict again: %w", err)
+		}
+		if err != nil || v.ID != l.v.ID || v.Verdict != l.v.Verdict || v.Commit != l.v.Commit || v.PatchID != l.v.PatchID {
+			now := "none"
+			if err == nil {
+				now = fmt.Sprintf("%d (%s of %s)", v.ID, v.Verdict, short(v.Commit))
+			}
+			return policy.Refuse("verdict-stale",
+				fmt.Sprintf("the verdict on %s changed while landing: it was %d (%s of %s), it is now %s",
+					l.d.WorkRef, l.v.ID, l.v.Verdict, short(l.v.Commit), now),
+				"nothing was committed: address the new verdict, review and approve again, then land")
+		}
+	}
+	at := ""
+	if ids, err := patch.ReadRefs(l.g.GitDir, l.workRef); err == nil {
+		at = ids[0]
+	} else if objs, lerr := l.lookup(l.workRef + "^{commit}"); lerr == nil {
+		at = objs[0].OID
+	} else {
+		return lerr
+	}
+	if at != l.approved.OID {
+		return policy.Refuse("work-ref-moved",
+			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.OID)),
+			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
+	}
+	return nil
 }

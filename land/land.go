@@ -278,6 +278,11 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
 	}
 	out.Target = target
+	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
+		return out, policy.Refuse("work-ref-invalid",
+			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
+			"raise a new decision for the work ref review recorded")
+	}
 	if l, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(l), nil
 	} else if !errors.Is(err, bus.ErrNotFound) {
@@ -655,6 +660,10 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 
 	msg := l.message(pid)
 	if o.DryRun {
+		// What a real landing checks right before its compare-and-swap.
+		if err := l.recheck(ctx, false); err != nil {
+			return "", err
+		}
 		out.Message = msg
 		out.Status = StatusDryRun
 		return StatusDryRun, nil
