@@ -388,7 +388,9 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 	if base != "" {
 		rng = base + ".." + tip
 	}
-	b, err := l.g.Run(ctx, "log", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)
+	// A landing is always a first-parent commit of the target (its parent
+	// is the tip it was compared and swapped with).
+	b, err := l.g.Run(ctx, "log", "--first-parent", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)
 	if err != nil {
 		return commit{}, false, err
 	}
@@ -406,8 +408,19 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 }
 
 // recover finishes a landing whose commit is on the target but whose store
-// row is missing (a crash between the ref move and the record).
+// row is missing (a crash between the ref move and the record). Anyone can
+// write a Decision-Id trailer: the commit is taken as this decision's
+// landing only when its receipt verifies (verifyLanded), else the landing
+// is refused (landed-receipt-invalid).
 func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
+	if why, err := l.verifyLanded(ctx, c); err != nil {
+		return Outcome{Target: l.target}, err
+	} else if why != "" {
+		return Outcome{Target: l.target}, policy.Refuse("landed-receipt-invalid",
+			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.OID), l.target, l.d.ID, why),
+			"find out who made that commit (it was not landed by conductor as recorded: forged trailer, rewritten history or edited note); "+
+				"`conductor audit "+short(c.OID)+"` lists what does not match. Nothing was committed or recorded")
+	}
 	_, ts := splitTrailers(c.Message)
 	out := Outcome{Decision: l.d.ID, Status: StatusAlreadyLanded, Commit: c.OID, Target: l.target,
 		PatchID: trailer(ts, "Patch-Id"), ReviewedCommit: trailer(ts, "Reviewed-Commit")}
@@ -455,4 +468,72 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
 	return nil
+}
+
+// verifyLanded checks that c is this decision's landing, as `conductor
+// audit` would and more: one parent; its tree is the squash of the approved
+// commit onto that parent; the squash's patch-id is the reviewed one; the
+// trailers name this decision, the approved commit and that patch-id; the
+// receipt note on NotesRef agrees (audit's checks). It returns why not
+// ("" when it is).
+func (l *lander) verifyLanded(ctx context.Context, c commit) (string, error) {
+	objs, err := l.lookup(c.OID + "^{commit}")
+	if err != nil {
+		return "", err
+	}
+	full, err := parseCommit(objs[0].OID, objs[0].Content)
+	if err != nil {
+		return "", err
+	}
+	if len(full.Parents) != 1 {
+		return fmt.Sprintf("it has %d parents, a landing has one", len(full.Parents)), nil
+	}
+	reviewed := l.v.PatchID
+	if l.v.ID == 0 || !sameCommit(l.v.Commit, l.d.Commit, l.approved.OID) {
+		v, err := l.latestVerdict(ctx)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return "", fmt.Errorf("read verdict: %w", err)
+		}
+		if err != nil || !sameCommit(v.Commit, l.d.Commit, l.approved.OID) || v.PatchID == "" {
+			return "no verdict in the store binds the approved commit to a patch-id", nil
+		}
+		reviewed = v.PatchID
+	}
+	_, ts := splitTrailers(full.Message)
+	for _, want := range []struct{ key, val string }{
+		{"Decision-Id", l.d.ID}, {"Reviewed-Commit", l.approved.OID}, {"Patch-Id", reviewed},
+	} {
+		if got := trailer(ts, want.key); got != want.val {
+			return fmt.Sprintf("trailer %s is %q, want %q", want.key, got, want.val), nil
+		}
+	}
+	sq := l.at(full.Parents[0], l.approved.OID).squash()
+	if sq.err != nil {
+		return fmt.Sprintf("the approved commit does not squash onto its parent %s (%v)", short(full.Parents[0]), sq.err), nil
+	}
+	if sq.tree != full.Tree {
+		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.OID), short(sq.tree)), nil
+	}
+	if sq.pid != reviewed {
+		return fmt.Sprintf("its change has patch-id %s, the reviewed one is %s", orNone(sq.pid), reviewed), nil
+	}
+	rep, err := Audit(ctx, AuditOptions{Git: l.g, Commit: full.OID})
+	if err != nil {
+		return "", err
+	}
+	if !rep.OK {
+		return "its receipt does not verify: " + strings.ReplaceAll(rep.Refusal().Detail, "\n", "; "), nil
+	}
+	raw, err := l.g.Run(ctx, "notes", "--ref="+NotesRef, "show", full.OID)
+	if err != nil {
+		return "no receipt note", nil
+	}
+	var rc Receipt
+	if err := json.Unmarshal(raw, &rc); err != nil {
+		return "its receipt note is not a conductor receipt", nil
+	}
+	if rc.Decision != l.d.ID || rc.ReviewedCommit != l.approved.OID || rc.PatchID != reviewed || rc.Target != l.target {
+		return fmt.Sprintf("its receipt note names decision %q, commit %s, patch-id %s, target %q", rc.Decision, short(rc.ReviewedCommit), orNone(rc.PatchID), rc.Target), nil
+	}
+	return "", nil
 }
