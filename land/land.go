@@ -302,7 +302,15 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			g = patch.Git{GitDir: d.Repo}
 		}
 	}
-	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config}
+	// Throw-away git dirs go to the data root's scratch folder, where the
+	// next landing removes those a killed one left (patch.CleanScratch).
+	scratch := filepath.Join(o.DataRoot, "scratch")
+	if n, err := patch.CleanScratch(scratch); err != nil {
+		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
+	} else if n > 0 {
+		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
+	}
+	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now(), keep: map[string]bool{}}
 	l.key = lockKey(g.GitDir, l.ref)
