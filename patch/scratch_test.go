@@ -68,7 +68,7 @@ func TestCleanScratch(t *testing.T) {
 	killedLocked := mk("conductor-git-"+strconv.Itoa(deadPID)+"-111", true)
 	killedBeforeLock := mk("conductor-git-"+strconv.Itoa(deadPID)+"-222", false)
 	reusedPID := mk("conductor-git-"+strconv.Itoa(os.Getppid())+"-333", true) // pid alive, lock free: stale
-	creating := mk("conductor-git-"+strconv.Itoa(os.Getppid())+"-444", false)  // pid alive, no lock yet
+	creating := mk("conductor-git-"+strconv.Itoa(os.Getppid())+"-444", false) // pid alive, no lock yet
 	other := mk("not-ours", true)
 	liveDir, liveLock, err := makeScratch(dir)
 	if err != nil {
