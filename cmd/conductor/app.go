@@ -126,14 +126,20 @@ func newApp(d *deps) *cli.App {
 			newNoteCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
+			newVersionCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,
 		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
 		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
-		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(d.Stderr, "conductor: unknown command %q (see conductor --help)\n", name)
-		},
+	}
+	// An argument that names no command is a usage error (exit 2), never
+	// the help page with exit 0.
+	app.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return unknownCommand("conductor", c.Args().First(), app.Commands)
+		}
+		return cli.ShowAppHelp(c)
 	}
 	for _, cmd := range app.Commands {
 		decorate(d, cmd)
@@ -142,8 +148,14 @@ func newApp(d *deps) *cli.App {
 }
 
 // decorate gives every command the shared conventions: --version, the EXIT
-// STATUS help section and usage errors mapped to exit status 2.
+// STATUS help section, usage errors mapped to exit status 2 and, for a
+// command with subcommands, an unknown subcommand named as one.
 func decorate(d *deps, cmd *cli.Command) {
+	decorateAs(d, cmd, "conductor")
+}
+
+func decorateAs(d *deps, cmd *cli.Command, parent string) {
+	path := parent + " " + cmd.Name
 	if len(cmd.Subcommands) > 0 {
 		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + exitStatusHelp
 	} else {
@@ -187,12 +199,15 @@ func decorate(d *deps, cmd *cli.Command) {
 			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
 		}
 		if action == nil {
+			if c.NArg() > 0 {
+				return unknownCommand(path, c.Args().First(), cmd.Subcommands)
+			}
 			return cli.ShowSubcommandHelp(c)
 		}
 		return action(c)
 	}
 	for _, sub := range cmd.Subcommands {
-		decorate(d, sub)
+		decorateAs(d, sub, path)
 	}
 }
 
