@@ -66,3 +66,8 @@ func (c Config) WorktreesDir() string { return filepath.Join(c.DataRoot, "worktr
 
 // WorkspacesDir holds the conductor's clone per workspace.
 func (c Config) WorkspacesDir() string { return filepath.Join(c.DataRoot, "workspaces") }
+
+// ScratchDir holds throw-away folders: review's exports and every git dir
+// conductor makes for a diff, apply or extraction (patch.Git.Scratch);
+// stale ones are removed at the next start.
+func (c Config) ScratchDir() string { return filepath.Join(c.DataRoot, "scratch") }

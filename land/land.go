@@ -302,8 +302,9 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			g = patch.Git{GitDir: d.Repo}
 		}
 	}
-	// Throw-away git dirs go to the data root's scratch folder, where the
-	// next landing removes those a killed one left (patch.CleanScratch).
+	// Throw-away git dirs go to the data root's scratch folder
+	// (conductor.Config.ScratchDir), where the next landing removes those a
+	// killed one left (patch.CleanScratch).
 	scratch := filepath.Join(o.DataRoot, "scratch")
 	if n, err := patch.CleanScratch(scratch); err != nil {
 		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -197,6 +198,12 @@ func decorateAs(d *deps, cmd *cli.Command, parent string) {
 		}
 		if len(missing) > 0 {
 			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
+		}
+		// Throw-away git dirs a killed conductor left behind go now.
+		if n, err := patch.CleanScratch(d.config(c).ScratchDir()); err != nil {
+			d.Log.Debug("cleaning stale scratch git dirs", "err", err)
+		} else if n > 0 {
+			d.Log.Debug("removed stale scratch git dirs", "count", n)
 		}
 		if action == nil {
 			if c.NArg() > 0 {

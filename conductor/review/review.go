@@ -187,7 +187,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if rep.WorkRef, err = WorkRef(res.TaskID); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
-	g := patch.Git{GitDir: res.Repo}
+	g := patch.Git{GitDir: res.Repo, Scratch: opts.ScratchDir}
 	if rep.Base, err = resolveCommit(ctx, g, res.BaseCommit); err != nil {
 		return rep, fmt.Errorf("review %s: base commit: %w", res.RunID, err)
 	}
