@@ -92,6 +92,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if topic, ok := strings.CutPrefix(err.Error(), "No help topic for "); ok {
+		// urfave's `help NAME` for an unknown NAME: a usage error too.
+		err = usagef("unknown command %s: see conductor --help", topic)
+	}
 	code := exitCode(ctx, err)
 	printError(stderr, err)
 	return code
