@@ -303,9 +303,9 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		}
 	}
 	// Throw-away git dirs go to the data root's scratch folder
-	// (conductor.Config.ScratchDir), where the next landing removes those a
-	// killed one left (patch.CleanScratch).
-	scratch := filepath.Join(o.DataRoot, "scratch")
+	// (conductor.Config.GitScratchDir), where the next landing removes those
+	// a killed one left (patch.CleanScratch).
+	scratch := filepath.Join(o.DataRoot, "scratch", "git")
 	if n, err := patch.CleanScratch(scratch); err != nil {
 		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
 	} else if n > 0 {

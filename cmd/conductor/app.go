@@ -204,7 +204,7 @@ func decorateAs(d *deps, cmd *cli.Command, parent string) {
 			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
 		}
 		// Throw-away git dirs a killed conductor left behind go now.
-		if n, err := patch.CleanScratch(d.config(c).ScratchDir()); err != nil {
+		if n, err := patch.CleanScratch(d.config(c).GitScratchDir()); err != nil {
 			d.Log.Debug("cleaning stale scratch git dirs", "err", err)
 		} else if n > 0 {
 			d.Log.Debug("removed stale scratch git dirs", "count", n)

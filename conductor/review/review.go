@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -187,7 +188,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if rep.WorkRef, err = WorkRef(res.TaskID); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
-	g := patch.Git{GitDir: res.Repo, Scratch: opts.ScratchDir}
+	g := patch.Git{GitDir: res.Repo}
+	if opts.ScratchDir != "" {
+		g.Scratch = filepath.Join(opts.ScratchDir, "git") // as conductor.Config.GitScratchDir
+	}
 	if rep.Base, err = resolveCommit(ctx, g, res.BaseCommit); err != nil {
 		return rep, fmt.Errorf("review %s: base commit: %w", res.RunID, err)
 	}
