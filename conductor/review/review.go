@@ -8,7 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -189,9 +188,6 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
 	g := patch.Git{GitDir: res.Repo}
-	if opts.ScratchDir != "" {
-		g.Scratch = filepath.Join(opts.ScratchDir, "git") // as conductor.Config.GitScratchDir
-	}
 	if rep.Base, err = resolveCommit(ctx, g, res.BaseCommit); err != nil {
 		return rep, fmt.Errorf("review %s: base commit: %w", res.RunID, err)
 	}
