@@ -790,7 +790,14 @@ func (l *lander) checkRefs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if n.OID != "" && n.Type != "commit" {
+	if n.OID == "" {
+		// It exists (ReadRefs said so, or could not read it) but names
+		// nothing git has.
+		return policy.Refuse("notes-ref-invalid",
+			fmt.Sprintf("%s exists but names no object in the repository (damaged or garbage value)", NotesRef),
+			"point "+NotesRef+" at the receipts' notes commit (see its reflog), or delete it if it never held receipts: git update-ref -d "+NotesRef)
+	}
+	if n.Type != "commit" {
 		return policy.Refuse("notes-ref-invalid",
 			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.OID)),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
