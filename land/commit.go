@@ -155,7 +155,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		if err := l.recheck(ctx, false); err != nil {
 			return "", err
 		}
-		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.approved.OID,
+		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
 			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
 		upd := l.update
 		if l.update = nil; upd == nil {
@@ -454,15 +454,15 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 				"nothing was committed: address the new verdict, review and approve again, then land")
 		}
 	}
-	at := ""
+	at, want := "", l.workAt // the ref's own value, as first read
 	if ids, err := patch.ReadRefs(l.g.GitDir, l.workRef); err == nil {
 		at = ids[0]
 	} else if objs, lerr := l.lookup(l.workRef + "^{commit}"); lerr == nil {
-		at = objs[0].OID
+		at, want = objs[0].OID, l.approved.OID // git peels it
 	} else {
 		return lerr
 	}
-	if at != l.approved.OID {
+	if at != want || at == "" {
 		return policy.Refuse("work-ref-moved",
 			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.OID)),
 			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")

@@ -219,6 +219,7 @@ type lander struct {
 	target   string // branch name
 	ref      string // refs/heads/<target>
 	workRef  string
+	workAt   string // the work ref's value as read first (an id; a tag's, if it names a tag)
 	approved commit
 	trees    []looseObject  // the squash's trees made in process, written with the commit
 	cat      *batch         // the landing's one cat-file process
@@ -445,6 +446,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
+	l.workAt = firstNonEmpty(refs[1], workObj.OID)
 	if tipObj.OID == "" {
 		return out, policy.Refuse("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),

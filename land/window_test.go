@@ -86,3 +86,30 @@ func TestGateWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestGateWindowTagWorkRef: a work ref that names an annotated tag of the
+// approved commit is verified by its own value (the tag's id) and lands.
+func TestGateWindowTagWorkRef(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	f.rules = testRules{Landing: defaultLanding(t), gate: []policy.GateCommand{{Name: "unit", Argv: []string{"true"}}}}
+	_, c := f.approved("a", change)
+	f.git("tag", "-a", "-m", "reviewed", "reviewed-a", c)
+	pid := f.patchID(f.rev("refs/heads/main"), c)
+	if _, err := f.store.PutVerdict(ctx, bus.Verdict{RunID: "run-a", WorkRef: "refs/tags/reviewed-a", Commit: c, PatchID: pid,
+		Verdict: bus.VerdictApprove, Reviewer: "rev"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.store.RaiseDecision(ctx, bus.Decision{Kind: bus.KindMergeProtected, RaisedBy: "review", Repo: f.gitdir,
+		WorkRef: "refs/tags/reviewed-a", Commit: c, Target: "main", RunID: "run-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.ResolveDecision(ctx, d.ID, bus.OptionMerge, "pm"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.land(d.ID, nil)
+	if err != nil || out.Status != StatusLanded {
+		t.Fatalf("land: %+v, %v", out, err)
+	}
+}
