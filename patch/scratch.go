@@ -32,9 +32,16 @@ func makeScratch(dir string) (string, *os.File, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(path, scratchLock), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	// The lock is taken under a temporary name and renamed into place, so
+	// a cleaner never finds an owner.lock that is not locked yet.
+	tmp := filepath.Join(path, scratchLock+".new")
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
-		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(path, scratchLock))
+		}
+		if err != nil {
 			f.Close()
 		}
 	}
