@@ -94,3 +94,38 @@ func TestCleanScratch(t *testing.T) {
 		t.Errorf("CleanScratch of a missing folder: %d, %v", n, err)
 	}
 }
+
+// TestCleanScratchConcurrent: a cleaner running all the time never removes
+// a git dir that is being made or used.
+func TestCleanScratchConcurrent(t *testing.T) {
+	dir := t.TempDir()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				CleanScratch(dir)
+			}
+		}
+	}()
+	for i := 0; i < 200; i++ {
+		p, lock, err := makeScratch(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(p, "HEAD"), []byte("x\n"), 0o600); err != nil {
+			t.Fatalf("git dir %d removed while in use: %v", i, err)
+		}
+		if _, err := os.Stat(filepath.Join(p, "HEAD")); err != nil {
+			t.Fatalf("git dir %d removed while in use: %v", i, err)
+		}
+		os.RemoveAll(p)
+		lock.Close()
+	}
+	close(stop)
+	<-done
+}
