@@ -34,6 +34,10 @@ type deps struct {
 	Now    func() time.Time
 	Getenv func(string) string
 
+	// helpMiss is a `help TOPIC` whose topic names no command (set by
+	// the app's CommandNotFound, which cannot return an error).
+	helpMiss error
+
 	storeOnce sync.Once
 	store     bus.Store
 	storeErr  error
@@ -90,11 +94,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(d)
 	err := app.RunContext(ctx, hoistFlags(app, args)) // flags may follow arguments (interspersed.go)
 	if err == nil {
-		return exitOK
+		err = d.helpMiss
 	}
-	if topic, ok := strings.CutPrefix(err.Error(), "No help topic for "); ok {
-		// urfave's `help NAME` for an unknown NAME: a usage error too.
-		err = usagef("unknown command %s: see conductor --help", topic)
+	if err == nil {
+		return exitOK
 	}
 	code := exitCode(ctx, err)
 	printError(stderr, err)
@@ -137,6 +140,29 @@ func newApp(d *deps) *cli.App {
 		EnableBashCompletion:  true,
 		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
 		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
+		// `help TOPIC` (or `CMD TOPIC --help`) where TOPIC names no
+		// command. For a command without subcommands, TOPIC is one of its
+		// arguments (`land d-1 --help`): its help is shown. Otherwise
+		// TOPIC is an unknown command: a usage error.
+		CommandNotFound: func(c *cli.Context, name string) {
+			if cmd := c.Command; cmd != nil && cmd.Name != "" && !hasSubcommands(cmd) && len(c.Lineage()) > 1 {
+				if err := cli.ShowCommandHelp(c.Lineage()[1], cmd.Name); err == nil {
+					return
+				}
+			}
+			path := "conductor"
+			if c.Command != nil && c.Command.Name != "" && c.Command.Name != "conductor" {
+				path = "conductor " + c.Command.FullName()
+			}
+			var subs []*cli.Command
+			if c.Command != nil {
+				subs = c.Command.Subcommands
+			}
+			if path == "conductor" {
+				subs = c.App.Commands
+			}
+			d.helpMiss = unknownCommand(path, name, subs)
+		},
 	}
 	// An argument that names no command is a usage error (exit 2), never
 	// the help page with exit 0.
@@ -299,4 +325,15 @@ func printError(w io.Writer, err error) {
 			fmt.Fprintf(w, "fix: %s\n", r.Fix)
 		}
 	}
+}
+
+// hasSubcommands reports whether cmd has subcommands of its own (urfave adds
+// a "help" one to every command it runs).
+func hasSubcommands(cmd *cli.Command) bool {
+	for _, s := range cmd.Subcommands {
+		if s.Name != "help" {
+			return true
+		}
+	}
+	return false
 }
