@@ -75,3 +75,15 @@ func (c Config) WorktreesDir() string { return filepath.Join(c.DataRoot, "worktr
 
 // WorkspacesDir holds the conductor's clone per workspace.
 func (c Config) WorkspacesDir() string { return filepath.Join(c.DataRoot, "workspaces") }
+
+// ScratchDir holds throw-away folders: review's exports, a run's scratch
+// folder, and (in GitScratchDir) the git dirs of diffs and applies.
+func (c Config) ScratchDir() string { return filepath.Join(c.DataRoot, "scratch") }
+
+// GitScratchDir holds the throw-away git dirs conductor makes for a diff,
+// apply or extraction (patch.Git.Scratch); stale ones (a killed process's)
+// are removed at the next start (patch.CleanScratch).
+func (c Config) GitScratchDir() string { return GitScratchDir(c.DataRoot) }
+
+// GitScratchDir is Config.GitScratchDir for a data root.
+func GitScratchDir(dataRoot string) string { return filepath.Join(dataRoot, "scratch", "git") }

@@ -106,7 +106,7 @@ func (r AuditReport) Print(w io.Writer, asJSON bool) error {
 // diff and checks it against the commit's trailers, its receipt note on
 // NotesRef and the store's landing, decision and verdict.
 func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
-	g := patch.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config}
+	g := patch.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config, Scratch: o.Git.Scratch}
 	c, err := readCommit(ctx, g, o.Commit)
 	if err != nil {
 		return AuditReport{}, fmt.Errorf("audit %s: %w", o.Commit, err)

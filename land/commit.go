@@ -9,15 +9,25 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
 )
 
 // NotesRef holds the landing receipts.
 const NotesRef = "refs/notes/conductor"
 
 const zeroOID = "0000000000000000000000000000000000000000"
+
+// How long commit waits for a ref lock another git process holds: it
+// retries after lockRetryStart, doubling, up to lockRetryMax (about 1.5 s in
+// all), then fails retryably.
+const (
+	lockRetryStart = 50 * time.Millisecond
+	lockRetryMax   = 800 * time.Millisecond
+)
 
 // Receipt is the JSON note attached to a landed commit on NotesRef.
 type Receipt struct {
@@ -120,6 +130,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		return "", err
 	}
 	defer nlock.release()
+	lockWait := lockRetryStart
 	for try := 0; ; try++ {
 		notesOld, notes, err := l.noteObjects(landed.oid, blob.oid, committer)
 		if err != nil {
@@ -138,8 +149,14 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		if try == 0 {
 			o.Fault("commit")
 		}
-		tx := fmt.Sprintf("update %s %s %s\nupdate %s %s %s\n", l.ref, landed.oid, tip,
-			NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
+		// The gate window: the verdict and the work ref were read before
+		// the gate. The verdict is read again now, the work ref is verified
+		// inside the transaction that moves the target.
+		if err := l.recheck(ctx, false); err != nil {
+			return "", err
+		}
+		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
+			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
 		upd := l.update
 		if l.update = nil; upd == nil {
 			upd = l.startUpdate(ctx)
@@ -147,6 +164,23 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		_, err = upd.Run(tx)
 		if err == nil {
 			break
+		}
+		if lockFile, held := patch.HeldLock(err); held {
+			// Another git process holds a ref's lock: wait a little (it
+			// is most likely brief), then give up, retryably.
+			if lockWait <= lockRetryMax {
+				select {
+				case <-ctx.Done():
+					return "", ctx.Err()
+				case <-time.After(lockWait):
+				}
+				lockWait *= 2
+				continue
+			}
+			return "", fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
+		}
+		if rerr := l.recheck(ctx, true); rerr != nil {
+			return "", rerr // the work ref moved: the verify failed
 		}
 		objs, lerr := l.lookup(l.ref, NotesRef)
 		if lerr != nil {
@@ -354,7 +388,9 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 	if base != "" {
 		rng = base + ".." + tip
 	}
-	b, err := l.g.Run(ctx, "log", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)
+	// A landing is always a first-parent commit of the target (its parent
+	// is the tip it was compared and swapped with).
+	b, err := l.g.Run(ctx, "log", "--first-parent", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)
 	if err != nil {
 		return commit{}, false, err
 	}
@@ -372,8 +408,19 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 }
 
 // recover finishes a landing whose commit is on the target but whose store
-// row is missing (a crash between the ref move and the record).
+// row is missing (a crash between the ref move and the record). Anyone can
+// write a Decision-Id trailer: the commit is taken as this decision's
+// landing only when its receipt verifies (verifyLanded), else the landing
+// is refused (landed-receipt-invalid).
 func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
+	if why, err := l.verifyLanded(ctx, c); err != nil {
+		return Outcome{Target: l.target}, err
+	} else if why != "" {
+		return Outcome{Target: l.target}, policy.Refuse("landed-receipt-invalid",
+			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.OID), l.target, l.d.ID, why),
+			"find out who made that commit (it was not landed by conductor as recorded: forged trailer, rewritten history or edited note); "+
+				"`conductor audit "+short(c.OID)+"` lists what does not match. Nothing was committed or recorded")
+	}
 	_, ts := splitTrailers(c.Message)
 	out := Outcome{Decision: l.d.ID, Status: StatusAlreadyLanded, Commit: c.OID, Target: l.target,
 		PatchID: trailer(ts, "Patch-Id"), ReviewedCommit: trailer(ts, "Reviewed-Commit")}
@@ -385,4 +432,108 @@ func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// recheck reads the latest verdict (unless refOnly) and the work ref again
+// and refuses when either changed since the landing checked them: a
+// request-changes verdict or a push during the gate is never ignored.
+func (l *lander) recheck(ctx context.Context, refOnly bool) error {
+	if !refOnly {
+		v, err := l.latestVerdict(ctx)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return fmt.Errorf("read verdict again: %w", err)
+		}
+		if err != nil || v.ID != l.v.ID || v.Verdict != l.v.Verdict || v.Commit != l.v.Commit || v.PatchID != l.v.PatchID {
+			now := "none"
+			if err == nil {
+				now = fmt.Sprintf("%d (%s of %s)", v.ID, v.Verdict, short(v.Commit))
+			}
+			return policy.Refuse("verdict-stale",
+				fmt.Sprintf("the verdict on %s changed while landing: it was %d (%s of %s), it is now %s",
+					l.d.WorkRef, l.v.ID, l.v.Verdict, short(l.v.Commit), now),
+				"nothing was committed: address the new verdict, review and approve again, then land")
+		}
+	}
+	at, want := "", l.workAt // the ref's own value, as first read
+	if ids, err := patch.ReadRefs(l.g.GitDir, l.workRef); err == nil {
+		at = ids[0]
+	} else if objs, lerr := l.lookup(l.workRef + "^{commit}"); lerr == nil {
+		at, want = objs[0].OID, l.approved.OID // git peels it
+	} else {
+		return lerr
+	}
+	if at != want || at == "" {
+		return policy.Refuse("work-ref-moved",
+			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.OID)),
+			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
+	}
+	return nil
+}
+
+// verifyLanded checks that c is this decision's landing, as `conductor
+// audit` would and more: one parent; its tree is the squash of the approved
+// commit onto that parent; the squash's patch-id is the reviewed one; the
+// trailers name this decision, the approved commit and that patch-id; the
+// receipt note on NotesRef agrees (audit's checks). It returns why not
+// ("" when it is).
+func (l *lander) verifyLanded(ctx context.Context, c commit) (string, error) {
+	objs, err := l.lookup(c.OID + "^{commit}")
+	if err != nil {
+		return "", err
+	}
+	full, err := parseCommit(objs[0].OID, objs[0].Content)
+	if err != nil {
+		return "", err
+	}
+	if len(full.Parents) != 1 {
+		return fmt.Sprintf("it has %d parents, a landing has one", len(full.Parents)), nil
+	}
+	reviewed := l.v.PatchID
+	if l.v.ID == 0 || !sameCommit(l.v.Commit, l.d.Commit, l.approved.OID) {
+		v, err := l.latestVerdict(ctx)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return "", fmt.Errorf("read verdict: %w", err)
+		}
+		if err != nil || !sameCommit(v.Commit, l.d.Commit, l.approved.OID) || v.PatchID == "" {
+			return "no verdict in the store binds the approved commit to a patch-id", nil
+		}
+		reviewed = v.PatchID
+	}
+	_, ts := splitTrailers(full.Message)
+	for _, want := range []struct{ key, val string }{
+		{"Decision-Id", l.d.ID}, {"Reviewed-Commit", l.approved.OID}, {"Patch-Id", reviewed},
+	} {
+		if got := trailer(ts, want.key); got != want.val {
+			return fmt.Sprintf("trailer %s is %q, want %q", want.key, got, want.val), nil
+		}
+	}
+	sq := l.at(full.Parents[0], l.approved.OID).squash()
+	if sq.err != nil {
+		return fmt.Sprintf("the approved commit does not squash onto its parent %s (%v)", short(full.Parents[0]), sq.err), nil
+	}
+	if sq.tree != full.Tree {
+		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.OID), short(sq.tree)), nil
+	}
+	if sq.pid != reviewed {
+		return fmt.Sprintf("its change has patch-id %s, the reviewed one is %s", orNone(sq.pid), reviewed), nil
+	}
+	rep, err := Audit(ctx, AuditOptions{Git: l.g, Commit: full.OID})
+	if err != nil {
+		return "", err
+	}
+	if !rep.OK {
+		return "its receipt does not verify: " + strings.ReplaceAll(rep.Refusal().Detail, "\n", "; "), nil
+	}
+	raw, err := l.g.Run(ctx, "notes", "--ref="+NotesRef, "show", full.OID)
+	if err != nil {
+		return "no receipt note", nil
+	}
+	var rc Receipt
+	if err := json.Unmarshal(raw, &rc); err != nil {
+		return "its receipt note is not a conductor receipt", nil
+	}
+	if rc.Decision != l.d.ID || rc.ReviewedCommit != l.approved.OID || rc.PatchID != reviewed || rc.Target != l.target {
+		return fmt.Sprintf("its receipt note names decision %q, commit %s, patch-id %s, target %q", rc.Decision, short(rc.ReviewedCommit), orNone(rc.PatchID), rc.Target), nil
+	}
+	return "", nil
 }

@@ -9,8 +9,11 @@
 //
 // # Steps
 //
-// Run reads the decision (decision-not-found, decision-not-resolved,
-// decision-not-merge), reports an existing landing (store row), then checks
+// Run refuses an id that cannot be a decision id (decision-id-invalid), reads
+// the decision (decision-not-found, decision-not-resolved,
+// decision-not-merge, target-invalid, work-ref-invalid), reports an existing
+// landing (store row), refuses a symbolic target (target-symbolic) and a
+// notes ref that holds no notes commit (notes-ref-invalid), then checks
 // that the latest verdict on the work ref approves exactly the raised commit
 // (no-approval, verdict-stale) and that the work ref is still there
 // (work-ref-moved). Then, from the target tip: the landing policy on the
@@ -20,16 +23,23 @@
 // tree, compared with the verdict's (patch-id-mismatch); a worktree that has
 // the target checked out must be able to follow (target-checked-out-dirty);
 // the gate (gate-failed). Then the commit and the receipt note's objects are
-// written (in process, as git writes loose objects: zlib, fsync, rename) and
-// one atomic ref transaction moves the target (compare-and-swap from the
-// tip) and the notes ref. A target that moved is retried once from the new
+// written (in process, as git writes loose objects: zlib, fsync, rename),
+// the latest verdict is read again (verdict-stale: one recorded during the
+// gate counts) and one atomic ref transaction verifies the work ref is still
+// at the approved commit (work-ref-moved), moves the target (compare-and-swap
+// from the tip) and the notes ref. A ref lock another git process holds is
+// waited for briefly, then reported by name (a retryable error). A target that moved is retried once from the new
 // tip, then target-moved. docs/refusals.md lists every code.
 //
 // A landing killed after its ref transaction but before its store row is
 // refused like any change already on the target (its squash is empty), so
 // before any refusal Run looks for the decision's Decision-Id trailer on the
-// target's history since the merge base, and when it is there completes the
-// store row and reports the landing instead.
+// target's first-parent history since the merge base. Anyone can write a
+// trailer: the commit is taken as the landing only when its receipt
+// verifies (one parent; its tree is the squash of the approved commit onto
+// it; the reviewed patch-id; trailers and receipt note as audit checks
+// them), else landed-receipt-invalid. A verified one gets its store row and
+// is reported as landed.
 //
 // Refs and objects are read in process: loose ones, and packed ones
 // through the packs' .idx files (pack.go: deltas applied, every object

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -144,6 +145,13 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	}
 	var out Outcome
 	var err error
+	if verr := validDecisionID(o.DecisionID); verr != nil {
+		out = Outcome{Decision: o.DecisionID, Status: StatusRefused, Refusal: verr}
+		if perr := printOutcome(o.Out, o.JSON, out); perr != nil {
+			return out, perr
+		}
+		return out, fmt.Errorf("land %q: %w", o.DecisionID, verr)
+	}
 	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
 		if o.Sandbox, err = sandbox.ForGate(o.Sandbox); err != nil {
 			err = policy.Refusef("sandbox-unavailable",
@@ -211,6 +219,7 @@ type lander struct {
 	target   string // branch name
 	ref      string // refs/heads/<target>
 	workRef  string
+	workAt   string // the work ref's value as read first (an id; a tag's, if it names a tag)
 	approved commit
 	trees    []looseObject  // the squash's trees made in process, written with the commit
 	cat      *batch         // the landing's one cat-file process
@@ -265,9 +274,16 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	}
 	target, err := branchName(d.Target)
 	if err != nil {
-		return out, fmt.Errorf("decision %s: %w", d.ID, err)
+		return out, policy.Refuse("target-invalid",
+			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
+			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
 	}
 	out.Target = target
+	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
+		return out, policy.Refuse("work-ref-invalid",
+			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
+			"raise a new decision for the work ref review recorded")
+	}
 	if l, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(l), nil
 	} else if !errors.Is(err, bus.ErrNotFound) {
@@ -287,7 +303,16 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			g = patch.Git{GitDir: d.Repo}
 		}
 	}
-	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config}
+	// Throw-away git dirs go to the data root's scratch folder
+	// (conductor.Config.GitScratchDir), where the next landing removes those
+	// a killed one left (patch.CleanScratch).
+	scratch := filepath.Join(o.DataRoot, "scratch", "git")
+	if n, err := patch.CleanScratch(scratch); err != nil {
+		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
+	} else if n > 0 {
+		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
+	}
+	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now(), keep: map[string]bool{}}
 	l.key = lockKey(g.GitDir, l.ref)
@@ -331,15 +356,56 @@ func landedOutcome(l bus.Landing) Outcome {
 }
 
 // branchName turns "main" or "refs/heads/main" into "main", rejecting names
-// git would not accept as a branch.
+// git would not accept as a branch (`git check-ref-format --branch`), and
+// a few more it would: "HEAD", names under "refs/", non-ASCII names.
 func branchName(target string) (string, error) {
 	t := strings.TrimPrefix(target, "refs/heads/")
-	if t == "" || strings.HasPrefix(t, "-") || strings.HasPrefix(t, "refs/") || strings.ContainsAny(t, " ~^:?*[\\\t\n\x7f") ||
-		strings.Contains(t, "..") || strings.Contains(t, "@{") || strings.HasSuffix(t, ".lock") || strings.HasSuffix(t, "/") ||
-		strings.HasPrefix(t, "/") || strings.Contains(t, "//") {
-		return "", fmt.Errorf("bad target branch name %q", target)
+	why := ""
+	switch {
+	case t == "":
+		why = "empty"
+	case t == "@" || t == "HEAD":
+		why = "reserved"
+	case strings.HasPrefix(t, "-"):
+		why = "starts with '-'"
+	case strings.HasPrefix(t, "refs/"):
+		why = "names a ref, not a branch"
+	case strings.HasPrefix(t, "/") || strings.HasSuffix(t, "/") || strings.Contains(t, "//"):
+		why = "empty path component"
+	case strings.HasSuffix(t, "."):
+		why = "ends with '.'"
+	case strings.Contains(t, ".."):
+		why = "contains '..'"
+	case strings.Contains(t, "@{"):
+		why = "contains '@{'"
+	case strings.ContainsFunc(t, func(r rune) bool {
+		return r < 0x20 || r >= 0x7f || strings.ContainsRune(" ~^:?*[\\", r)
+	}):
+		why = "contains a space, a control, non-ASCII or special character"
+	}
+	for _, c := range strings.Split(t, "/") {
+		if why == "" && (strings.HasPrefix(c, ".") || strings.HasSuffix(c, ".lock")) {
+			why = fmt.Sprintf("component %q starts with '.' or ends with '.lock'", c)
+		}
+	}
+	if why != "" {
+		return "", fmt.Errorf("bad target branch name %q: %s", target, why)
 	}
 	return t, nil
+}
+
+// decisionIDPattern is what a decision id may look like (the store makes
+// "d-" and 8 base32 characters): never a path, a control character or a
+// line break, which would reach messages, trailers and terminals.
+var decisionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+func validDecisionID(id string) *policy.Refusal {
+	if decisionIDPattern.MatchString(id) && !strings.Contains(id, "..") {
+		return nil
+	}
+	return policy.Refuse("decision-id-invalid",
+		fmt.Sprintf("%q is not a decision id (letters, digits, '.', '_', '-' only, at most 128)", id),
+		"pass the id `conductor decision list` shows")
 }
 
 func fullRef(ref string) string {
@@ -363,6 +429,9 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	}
 	l.cat = newBatch(ctx, l.g)
 	defer l.cat.close()
+	if err := l.checkRefs(ctx); err != nil {
+		return out, err
+	}
 	if refs[0] != "" && patch.IsObjectID(d.Commit) {
 		l.at(refs[0], d.Commit) // the squash of the likely case, early
 	}
@@ -377,6 +446,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
+	l.workAt = firstNonEmpty(refs[1], workObj.OID)
 	if tipObj.OID == "" {
 		return out, policy.Refuse("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
@@ -601,6 +671,10 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 
 	msg := l.message(pid)
 	if o.DryRun {
+		// What a real landing checks right before its compare-and-swap.
+		if err := l.recheck(ctx, false); err != nil {
+			return "", err
+		}
 		out.Message = msg
 		out.Status = StatusDryRun
 		return StatusDryRun, nil
@@ -686,4 +760,49 @@ func (l *lander) latestVerdict(ctx context.Context) (bus.Verdict, error) {
 		return best, fmt.Errorf("verdict on %s: %w", l.d.WorkRef, bus.ErrNotFound)
 	}
 	return best, nil
+}
+
+// checkRefs refuses a target that is a symbolic ref (moving it would move
+// the branch it points to, which the policy never allowed) and a notes ref
+// that does not hold a notes commit (a blob, a tag): a receipt cannot be
+// added to it.
+func (l *lander) checkRefs(ctx context.Context) error {
+	to, err := patch.SymbolicRef(l.g.GitDir, l.ref)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", l.ref, err)
+	}
+	if to != "" {
+		return policy.Refuse("target-symbolic",
+			fmt.Sprintf("target %s is a symbolic ref to %s: landing on it would move %s", l.ref, to, to),
+			fmt.Sprintf("raise the decision against the branch itself (%s), if the policy allows it", strings.TrimPrefix(to, "refs/heads/")))
+	}
+	if to, err = patch.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
+		return policy.Refuse("notes-ref-invalid",
+			fmt.Sprintf("%s is not a notes ref (a symbolic ref to %q, or unreadable: %v)", NotesRef, to, err),
+			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
+	}
+	name := NotesRef // broken: git says what it is
+	if ids, err := patch.ReadRefs(l.g.GitDir, NotesRef); err == nil {
+		if ids[0] == "" {
+			return nil
+		}
+		name = ids[0] // read in process when the object is at hand
+	}
+	n, err := l.cat.get(name)
+	if err != nil {
+		return err
+	}
+	if n.OID == "" {
+		// It exists (ReadRefs said so, or could not read it) but names
+		// nothing git has.
+		return policy.Refuse("notes-ref-invalid",
+			fmt.Sprintf("%s exists but names no object in the repository (damaged or garbage value)", NotesRef),
+			"point "+NotesRef+" at the receipts' notes commit (see its reflog), or delete it if it never held receipts: git update-ref -d "+NotesRef)
+	}
+	if n.Type != "commit" {
+		return policy.Refuse("notes-ref-invalid",
+			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.OID)),
+			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
+	}
+	return nil
 }

@@ -251,7 +251,7 @@ func (l *lander) scratchGit(dir string) (patch.Git, error) {
 	if !ok {
 		return patch.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
 	}
-	return patch.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config}, nil
+	return patch.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}, nil
 }
 
 // adminDirs maps the worktree path recorded in each admin dir under
@@ -331,12 +331,12 @@ func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
 		bare, _ := l.g.Line(ctx, "config", "--bool", "core.bare")
 		if bare != "true" {
 			wt := filepath.Dir(l.g.GitDir)
-			return &targetWT{path: wt, ref: l.ref, g: patch.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config}}, nil
+			return &targetWT{path: wt, ref: l.ref, g: patch.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	for path, admin := range l.adminDirs() {
 		if head(admin) {
-			return &targetWT{path: path, ref: l.ref, g: patch.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config}}, nil
+			return &targetWT{path: path, ref: l.ref, g: patch.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	return nil, nil

@@ -30,6 +30,10 @@ type Git struct {
 	Env []string
 	// Config holds extra -c NAME=VALUE pairs placed after the guards.
 	Config []string
+	// Scratch is the folder the throw-away git dirs of diffs, applies and
+	// extractions are made in (the data root's scratch folder; stale ones
+	// are removed by CleanScratch). Empty means os.TempDir().
+	Scratch string
 }
 
 // GitError is returned when git exits non-zero or cannot start.

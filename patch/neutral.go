@@ -48,7 +48,8 @@ var neutralConfig = []string{
 // configuration says can run a program or change the output.
 type neutralRepo struct {
 	Git
-	dir string
+	dir  string
+	lock *os.File // flock held while the git dir is in use (CleanScratch)
 }
 
 // newNeutralRepo creates a neutral git dir for repo. workTree may be empty.
@@ -59,11 +60,11 @@ func newNeutralRepo(repo Git, workTree string) (*neutralRepo, error) {
 	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
 	}
-	dir, err := os.MkdirTemp("", "conductor-git-")
+	dir, lock, err := makeScratch(repo.Scratch)
 	if err != nil {
 		return nil, err
 	}
-	n := &neutralRepo{dir: dir}
+	n := &neutralRepo{dir: dir, lock: lock}
 	config := "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogAllRefUpdates = false\n"
 	files := map[string]string{
 		"HEAD":            "ref: refs/heads/conductor-neutral\n",
@@ -115,6 +116,9 @@ next:
 func (n *neutralRepo) close() {
 	if n != nil && n.dir != "" {
 		os.RemoveAll(n.dir)
+		if n.lock != nil {
+			n.lock.Close() // drops the flock
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -32,6 +33,10 @@ type deps struct {
 	Log    *slog.Logger
 	Now    func() time.Time
 	Getenv func(string) string
+
+	// helpMiss is a `help TOPIC` whose topic names no command (set by
+	// the app's CommandNotFound, which cannot return an error).
+	helpMiss error
 
 	storeOnce sync.Once
 	store     bus.Store
@@ -89,6 +94,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	app := newApp(d)
 	err := app.RunContext(ctx, hoistFlags(app, args)) // flags may follow arguments (interspersed.go)
 	if err == nil {
+		err = d.helpMiss
+	}
+	if err == nil {
 		return exitOK
 	}
 	code := exitCode(ctx, err)
@@ -126,14 +134,43 @@ func newApp(d *deps) *cli.App {
 			newNoteCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
+			newVersionCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,
 		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
 		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
+		// `help TOPIC` (or `CMD TOPIC --help`) where TOPIC names no
+		// command. For a command without subcommands, TOPIC is one of its
+		// arguments (`land d-1 --help`): its help is shown. Otherwise
+		// TOPIC is an unknown command: a usage error.
 		CommandNotFound: func(c *cli.Context, name string) {
-			fmt.Fprintf(d.Stderr, "conductor: unknown command %q (see conductor --help)\n", name)
+			if cmd := c.Command; cmd != nil && cmd.Name != "" && !hasSubcommands(cmd) && len(c.Lineage()) > 1 {
+				if err := cli.ShowCommandHelp(c.Lineage()[1], cmd.Name); err == nil {
+					return
+				}
+			}
+			path := "conductor"
+			if c.Command != nil && c.Command.Name != "" && c.Command.Name != "conductor" {
+				path = "conductor " + c.Command.FullName()
+			}
+			var subs []*cli.Command
+			if c.Command != nil {
+				subs = c.Command.Subcommands
+			}
+			if path == "conductor" {
+				subs = c.App.Commands
+			}
+			d.helpMiss = unknownCommand(path, name, subs)
 		},
+	}
+	// An argument that names no command is a usage error (exit 2), never
+	// the help page with exit 0.
+	app.Action = func(c *cli.Context) error {
+		if c.NArg() > 0 {
+			return unknownCommand("conductor", c.Args().First(), app.Commands)
+		}
+		return cli.ShowAppHelp(c)
 	}
 	for _, cmd := range app.Commands {
 		decorate(d, cmd)
@@ -142,8 +179,14 @@ func newApp(d *deps) *cli.App {
 }
 
 // decorate gives every command the shared conventions: --version, the EXIT
-// STATUS help section and usage errors mapped to exit status 2.
+// STATUS help section, usage errors mapped to exit status 2 and, for a
+// command with subcommands, an unknown subcommand named as one.
 func decorate(d *deps, cmd *cli.Command) {
+	decorateAs(d, cmd, "conductor")
+}
+
+func decorateAs(d *deps, cmd *cli.Command, parent string) {
+	path := parent + " " + cmd.Name
 	if len(cmd.Subcommands) > 0 {
 		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + exitStatusHelp
 	} else {
@@ -186,13 +229,22 @@ func decorate(d *deps, cmd *cli.Command) {
 		if len(missing) > 0 {
 			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
 		}
+		// Throw-away git dirs a killed conductor left behind go now.
+		if n, err := patch.CleanScratch(d.config(c).GitScratchDir()); err != nil {
+			d.Log.Debug("cleaning stale scratch git dirs", "err", err)
+		} else if n > 0 {
+			d.Log.Debug("removed stale scratch git dirs", "count", n)
+		}
 		if action == nil {
+			if c.NArg() > 0 {
+				return unknownCommand(path, c.Args().First(), cmd.Subcommands)
+			}
 			return cli.ShowSubcommandHelp(c)
 		}
 		return action(c)
 	}
 	for _, sub := range cmd.Subcommands {
-		decorate(d, sub)
+		decorateAs(d, sub, path)
 	}
 }
 
@@ -238,9 +290,16 @@ func exitCode(ctx context.Context, err error) int {
 	case errors.Is(err, context.Canceled) || ctx.Err() != nil:
 		return exitInterrupted
 	}
-	var ec cli.ExitCoder
-	if errors.As(err, &ec) && ec.ExitCode() != 0 {
-		return ec.ExitCode()
+	// Only conductor's own silentError carries a status, and only one of
+	// ours: a child's *exec.ExitError (git's 128, a gate's 2) or a
+	// cli.Exit from a library also satisfies cli.ExitCoder and must never
+	// leak out as conductor's status.
+	var se *silentError
+	if errors.As(err, &se) {
+		switch se.code {
+		case exitError, exitUsage, exitRefused, exitInterrupted:
+			return se.code
+		}
 	}
 	return exitError
 }
@@ -266,4 +325,15 @@ func printError(w io.Writer, err error) {
 			fmt.Fprintf(w, "fix: %s\n", r.Fix)
 		}
 	}
+}
+
+// hasSubcommands reports whether cmd has subcommands of its own (urfave adds
+// a "help" one to every command it runs).
+func hasSubcommands(cmd *cli.Command) bool {
+	for _, s := range cmd.Subcommands {
+		if s.Name != "help" {
+			return true
+		}
+	}
+	return false
 }

@@ -2,10 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
 )
 
 // TestEveryCommandHasVersionAndExitStatus walks the whole command tree:
@@ -62,5 +69,47 @@ func TestExitCodes(t *testing.T) {
 		if got := run(tc.args, strings.NewReader(""), &out, &errb); got != tc.want {
 			t.Errorf("%v: exit %d, want %d (stderr %q)", tc.args, got, tc.want, errb.String())
 		}
+	}
+}
+
+// TestExitCodeNeverLeaks: only 0/1/2/3/130 leave conductor, whatever a child
+// process exited with and however deeply its error is wrapped.
+func TestExitCodeNeverLeaks(t *testing.T) {
+	gitErr := func(code int) error {
+		err := exec.Command("sh", "-c", fmt.Sprintf("exit %d", code)).Run()
+		if err == nil {
+			t.Fatalf("sh exit %d: no error", code)
+		}
+		return &patch.GitError{Args: []string{"update-ref"}, Err: err}
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"git 128", gitErr(128), exitError},
+		{"git 128 wrapped twice", fmt.Errorf("land d-1: %w", fmt.Errorf("move main: %w", gitErr(128))), exitError},
+		{"git 1", gitErr(1), exitError},
+		{"git 2 (not a usage error)", gitErr(2), exitError},
+		{"git 3 (not a refusal)", gitErr(3), exitError},
+		{"git 130 (not an interrupt)", gitErr(130), exitError},
+		{"bare exec.ExitError 255", exec.Command("sh", "-c", "exit 255").Run(), exitError},
+		{"cli.Exit 42", cli.Exit("x", 42), exitError},
+		{"cli.Exit 3 wrapped", fmt.Errorf("x: %w", cli.Exit("x", 3)), exitError},
+		{"joined with git 128", errors.Join(errors.New("a"), gitErr(128)), exitError},
+		{"silent refused", &silentError{code: exitRefused}, exitRefused},
+		{"silent interrupted", &silentError{code: exitInterrupted}, exitInterrupted},
+		{"silent bogus 99", &silentError{code: 99}, exitError},
+		{"refusal", fmt.Errorf("land: %w", policy.Refuse("x", "y", "z")), exitRefused},
+		{"usage", usagef("bad"), exitUsage},
+		{"canceled", fmt.Errorf("x: %w", context.Canceled), exitInterrupted},
+		{"plain", errors.New("boom"), exitError},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := exitCode(ctx, tc.err); got != tc.want {
+				t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -106,15 +107,20 @@ func landWorkCmd(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 }
 
-// landApproveCmd is "approve REPO NAME [request-changes|nodecision]": it records a
-// verdict on work/NAME's tip bound to the binding patch-id of its diff from
-// the merge base with main (as review does) and, unless told otherwise,
-// raises and resolves (merge) a decision, exporting its id as D_NAME.
+// landApproveCmd is "approve REPO NAME [request-changes|nodecision]
+// [--target=BRANCH]": it records a verdict on work/NAME's tip bound to the
+// binding patch-id of its diff from the merge base with main (as review
+// does) and, unless told otherwise, raises and resolves (merge) a decision
+// against BRANCH (default main), exporting its id as D_NAME.
 func landApproveCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) < 2 {
-		ts.Fatalf("usage: approve REPO NAME [request-changes|nodecision]")
+		ts.Fatalf("usage: approve REPO NAME [request-changes|nodecision] [--target=BRANCH]")
 	}
 	ctx := context.Background()
+	target := "main"
+	if t, ok := strings.CutPrefix(args[len(args)-1], "--target="); ok {
+		target, args = t, args[:len(args)-1]
+	}
 	g := landGit(ts, args[0])
 	name := args[1]
 	ref := "refs/heads/work/" + name
@@ -138,7 +144,7 @@ func landApproveCmd(ts *testscript.TestScript, neg bool, args []string) {
 		return
 	}
 	d, err := s.RaiseDecision(ctx, bus.Decision{Kind: bus.KindMergeProtected, RaisedBy: "script", Repo: g.GitDir,
-		WorkRef: "work/" + name, Commit: c, Target: "main", RunID: "run-" + name})
+		WorkRef: "work/" + name, Commit: c, Target: target, RunID: "run-" + name})
 	ts.Check(err)
 	_, err = s.ResolveDecision(ctx, d.ID, bus.OptionMerge, "pm")
 	ts.Check(err)
@@ -164,7 +170,7 @@ func landStateCmd(ts *testscript.TestScript, neg bool, args []string) {
 	ctx := context.Background()
 	g := landGit(ts, args[2])
 	var b strings.Builder
-	refs, err := g.Run(ctx, "for-each-ref", "--format=%(refname) %(objectname)")
+	refs, err := g.Run(ctx, "for-each-ref", "--format=%(refname) %(objectname) %(symref)")
 	ts.Check(err)
 	b.Write(refs)
 	wts, err := g.Run(ctx, "worktree", "list", "--porcelain")
@@ -190,6 +196,7 @@ func landStateCmd(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	sort.Strings(rows)
 	b.WriteString(strings.Join(rows, "\n"))
+	b.WriteString("\n" + storeDump(ts))
 	file := filepath.Join(ts.Getenv("WORK"), ".landstate-"+args[1])
 	if args[0] == "save" {
 		ts.Check(os.WriteFile(file, []byte(b.String()), 0o644))
@@ -200,4 +207,44 @@ func landStateCmd(ts *testscript.TestScript, neg bool, args []string) {
 	if string(want) != b.String() {
 		ts.Fatalf("state changed:\n--- before\n%s\n--- after\n%s", want, b.String())
 	}
+}
+
+// storeDump is every row of every table of the embedded store, read-only.
+func storeDump(ts *testscript.TestScript) string {
+	path := filepath.Join(ts.Getenv("CONDUCTOR_HOME"), bus.FileName)
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	ts.Check(err)
+	defer db.Close()
+	var tables []string
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	ts.Check(err)
+	for rows.Next() {
+		var n string
+		ts.Check(rows.Scan(&n))
+		tables = append(tables, n)
+	}
+	ts.Check(rows.Err())
+	rows.Close()
+	var b strings.Builder
+	for _, t := range tables {
+		rows, err := db.Query(`SELECT * FROM "` + t + `"`)
+		ts.Check(err)
+		cols, err := rows.Columns()
+		ts.Check(err)
+		var lines []string
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			ts.Check(rows.Scan(ptrs...))
+			lines = append(lines, fmt.Sprintf("%q", vals))
+		}
+		ts.Check(rows.Err())
+		rows.Close()
+		sort.Strings(lines)
+		fmt.Fprintf(&b, "table %s %v\n%s\n", t, cols, strings.Join(lines, "\n"))
+	}
+	return b.String()
 }

@@ -141,7 +141,7 @@ func reviewAction(c *cli.Context, d *deps) error {
 		RequestChanges: c.String("request-changes"),
 		Reviewer:       reviewer,
 		Raise:          c.String("raise"),
-		ScratchDir:     filepath.Join(cfg.DataRoot, "scratch"),
+		ScratchDir:     cfg.ScratchDir(),
 		Getenv:         d.Getenv,
 		Now:            d.Now,
 		Out:            d.Stdout,
