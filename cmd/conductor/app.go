@@ -139,7 +139,7 @@ func newApp(d *deps) *cli.App {
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,
 		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
-		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
+		OnUsageError:          func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) },
 		// `help TOPIC` (or `CMD TOPIC --help`) where TOPIC names no
 		// command. For a command without subcommands, TOPIC is one of its
 		// arguments (`land d-1 --help`): its help is shown. Otherwise
@@ -193,7 +193,7 @@ func decorateAs(d *deps, cmd *cli.Command, parent string) {
 		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + exitStatusHelp
 	}
 	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
-	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageErr(err) }
+	cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) }
 	// Required flags are checked here, after --version, so that
 	// `conductor CMD --version` works for every command.
 	var required []string
