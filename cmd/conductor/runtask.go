@@ -20,7 +20,7 @@ const defaultRole = "implementer"
 // runTaskFlags are shared by run and resume.
 func runTaskFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else the registry default)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
+		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else $CONDUCTOR_MODEL, else the config file's default)"},
 		&cli.StringFlag{Name: "repo", Usage: "the workspace repository `DIR` (default: $WORKER_REPO_ROOT/<workspace>, else <data root>/workspaces/<workspace>)"},
 		&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
