@@ -3,5 +3,7 @@
 // a landing may add and which gate commands apply. Every enforcement point in
 // runtask and land asks policy; no rule is hard-coded elsewhere.
 //
-// policy imports nothing of conductor's own packages.
+// policy imports nothing of conductor's own packages but the leaf
+// conductor/secret (which names the variables a worker never receives and
+// imports nothing itself).
 package policy

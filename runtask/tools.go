@@ -21,6 +21,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/secret"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
@@ -702,13 +703,6 @@ func refusalText(err error) string {
 	return err.Error()
 }
 
-// secretName matches environment variable names that look like credentials:
-// they never reach a command, whatever a role lists.
-var secretName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)`)
-
-// commandEnv builds the complete environment for worker commands: PATH,
-// HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
-// that are set — never a name that looks like a credential, never denied.
 // makeScratch makes a run's scratch folder with home and tmp in it. Its
 // parent must be traversable by the sandbox's unprivileged uid; the folder
 // itself is handed to that uid by the sandbox.
@@ -728,6 +722,9 @@ func makeScratch(scratch string) error {
 	return nil
 }
 
+// commandEnv builds the complete environment for worker commands: PATH,
+// HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
+// that are set — never a name secret.Withheld names, never one of denied.
 func commandEnv(getenv func(string) string, role RolePolicy, scratch string, denied []string) (env []string, dropped []string) {
 	pathv := getenv("PATH")
 	if pathv == "" {
@@ -757,7 +754,7 @@ func commandEnv(getenv func(string) string, role RolePolicy, scratch string, den
 		if fixed[name] || name == "" || strings.ContainsAny(name, "=\x00") {
 			continue
 		}
-		if deny[name] || secretName.MatchString(name) || strings.HasPrefix(name, "GIT_") {
+		if deny[name] || secret.Withheld(name) {
 			dropped = append(dropped, name)
 			continue
 		}

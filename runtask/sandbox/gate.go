@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/secret"
 )
 
 // gateEnvNames are the only variables review checks and landing gates take
@@ -21,9 +22,6 @@ var gateEnvNames = []string{
 	"GOMODCACHE",
 }
 
-// credentialName matches names that look like credentials; they never pass.
-var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|PRIVATE)`)
-
 // GateEnv is the environment of review checks and landing gates run in a
 // sandbox whose scratch folder is root: the allowlist above, HOME and TMPDIR
 // in root, no network for Go (GOPROXY=off, GOTOOLCHAIN=local), git
@@ -31,7 +29,7 @@ var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|
 func GateEnv(getenv func(string) string, root string, extra ...string) []string {
 	env := make([]string, 0, len(gateEnvNames)+12+len(extra))
 	for _, n := range gateEnvNames {
-		if v := getenv(n); v != "" && !credentialName.MatchString(n) {
+		if v := getenv(n); v != "" && !secret.Withheld(n) {
 			env = append(env, n+"="+v)
 		}
 	}
