@@ -723,7 +723,8 @@ func makeScratch(scratch string) error {
 }
 
 // commandEnv builds the complete environment for worker commands: PATH,
-// HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
+// HOME and TMPDIR in a scratch folder, LANG, sandbox.ToolConfigEnv (per-user
+// configuration files in that HOME are ignored), and the role's allowlisted names
 // that are set — never a name secret.Withheld names, never one of denied.
 func commandEnv(getenv func(string) string, role RolePolicy, scratch string, denied []string) (env []string, dropped []string) {
 	pathv := getenv("PATH")
@@ -741,6 +742,11 @@ func commandEnv(getenv func(string) string, role RolePolicy, scratch string, den
 		"LANG=" + lang,
 	}
 	fixed := map[string]bool{"PATH": true, "HOME": true, "TMPDIR": true, "LANG": true}
+	for _, kv := range sandbox.ToolConfigEnv() {
+		env = append(env, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		fixed[name] = true
+	}
 	deny := map[string]bool{}
 	for _, d := range denied {
 		deny[d] = true

@@ -1,0 +1,95 @@
+package runtask
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/conductor-dev/conductor/runtask/sandbox"
+)
+
+// bwrapForTest returns the real bwrap sandbox, or skips (fails in CI).
+func bwrapForTest(t *testing.T) sandbox.Sandbox {
+	t.Helper()
+	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, sandbox.Options{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bwrap sandbox needed in CI: %v", err)
+		}
+		t.Skipf("bwrap sandbox not available here: %v", err)
+	}
+	return sb
+}
+
+// reachableDir is a temp folder the sandbox uid can traverse.
+func reachableDir(t *testing.T) string {
+	t.Helper()
+	tmp := os.TempDir()
+	if (sandbox.Options{}).Reachable(tmp) != nil {
+		tmp = "/tmp"
+	}
+	d, err := os.MkdirTemp(tmp, "conductor-toolenv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A worker's command writes per-user configuration into the sandbox's HOME
+// (the run's scratch folder, which persists across its commands), as a
+// Makefile recipe can: $HOME/.config/go/env setting GOFLAGS=-toolexec=…,
+// an ~/.npmrc setting script-shell, a user site-packages .pth file. The
+// next command must not read any of it.
+func TestCommandEnvIgnoresPlantedToolConfig(t *testing.T) {
+	sb := bwrapForTest(t)
+	base := reachableDir(t)
+	wt := filepath.Join(base, "wt")
+	scratch := filepath.Join(base, "scratch", "run-1")
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := makeScratch(scratch); err != nil {
+		t.Fatal(err)
+	}
+	env, _ := commandEnv(testEnv(map[string]string{"PATH": os.Getenv("PATH")}), &testRole{}, scratch, nil)
+	home := filepath.Join(scratch, "home")
+	plant := func(rel, content string) {
+		p := filepath.Join(home, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plant(".config/go/env", "GOFLAGS=-toolexec=/tmp/evil\nCC=/tmp/evil-cc\n")
+	plant(".npmrc", "script-shell=/tmp/evil-shell\n")
+	run := func(argv ...string) string {
+		t.Helper()
+		res, err := sb.Run(context.Background(), sandbox.Spec{Dir: wt, Argv: argv, Env: env, Scratch: scratch})
+		if err != nil {
+			t.Fatalf("%q: %v", argv, err)
+		}
+		if res.ExitCode != 0 {
+			t.Fatalf("%q: exit %d (%s): %s", argv, res.ExitCode, res.Outcome, res.Output)
+		}
+		return strings.TrimSpace(string(res.Output))
+	}
+	if got := run("go", "env", "GOFLAGS", "CC"); strings.Contains(got, "evil") {
+		t.Errorf("go read the planted $HOME/.config/go/env:\n%s", got)
+	}
+	if _, err := os.Stat("/usr/bin/npm"); err == nil {
+		if got := run("npm", "config", "get", "script-shell"); strings.Contains(got, "evil") {
+			t.Errorf("npm read the planted ~/.npmrc: script-shell = %s", got)
+		}
+	}
+	if got := run("python3", "-c", "import site, sys; print(site.ENABLE_USER_SITE)"); got != "False" {
+		t.Errorf("python's user site-packages (in the sandbox HOME) is enabled: %s", got)
+	}
+}
