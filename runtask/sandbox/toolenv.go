@@ -13,10 +13,10 @@ var toolConfigEnv = []string{
 	"GOENV=off",                   // go: no $HOME/.config/go/env (GOFLAGS, CC, GOTOOLCHAIN…)
 	"GIT_CONFIG_GLOBAL=/dev/null", // git (started by go for VCS stamping): no ~/.gitconfig
 	"GIT_CONFIG_NOSYSTEM=1",
-	"NPM_CONFIG_USERCONFIG=/dev/null",   // npm: no ~/.npmrc
-	"NPM_CONFIG_SCRIPT_SHELL=/bin/sh",   // over a project .npmrc's script-shell too (environment wins)
-	"PYTHONNOUSERSITE=1",                // python: no user site-packages (.pth files run at start-up)
-	"PIP_CONFIG_FILE=/dev/null",         // pip: no ~/.config/pip/pip.conf
+	"NPM_CONFIG_USERCONFIG=/dev/null", // npm: no ~/.npmrc
+	"NPM_CONFIG_SCRIPT_SHELL=/bin/sh", // over a project .npmrc's script-shell too (environment wins)
+	"PYTHONNOUSERSITE=1",              // python: no user site-packages (.pth files run at start-up)
+	"PIP_CONFIG_FILE=/dev/null",       // pip: no ~/.config/pip/pip.conf
 }
 
 // ToolConfigEnv returns the variables every sandboxed command gets so that
