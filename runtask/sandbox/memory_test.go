@@ -1,0 +1,146 @@
+package sandbox
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A command that allocates more memory than the limit fails with the named
+// outcome memory-exceeded; under the limit it runs. The issue's attack
+// (1.5 GiB) fails under the default limit.
+func TestBwrapMemoryLimit(t *testing.T) {
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	allocIn := func(t *testing.T, sb Sandbox, spec Spec, how string, n int64) Result {
+		t.Helper()
+		spec.Dir, spec.Argv, spec.Timeout = wt, []string{et, how, strconv.FormatInt(n, 10)}, time.Minute
+		res, err := sb.Run(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	alloc := func(sb Sandbox, spec Spec, n int64) Result {
+		t.Helper()
+		return allocIn(t, sb, spec, "alloc", n)
+	}
+	t.Run("option", func(t *testing.T) {
+		sb := bwrapBox(t, func(o *Options) { o.MaxMemory = 256 << 20 })
+		if res := alloc(sb, Spec{}, 512<<20); res.Outcome != OutcomeMemoryExceeded || res.ExitCode == 0 || !res.MemoryExceeded {
+			t.Fatalf("512 MiB under a 256 MiB limit: outcome %s, exit %d, memoryExceeded %v\n%s", res.Outcome, res.ExitCode, res.MemoryExceeded, res.Output)
+		}
+		if res := alloc(sb, Spec{}, 64<<20); res.ExitCode != 0 || res.Outcome != OutcomeExited || res.MemoryExceeded {
+			t.Fatalf("64 MiB under a 256 MiB limit: outcome %s, exit %d\n%s", res.Outcome, res.ExitCode, res.Output)
+		}
+	})
+	t.Run("spec", func(t *testing.T) {
+		sb := bwrapBox(t, nil)
+		if res := alloc(sb, Spec{MemoryLimit: 128 << 20}, 256<<20); res.Outcome != OutcomeMemoryExceeded {
+			t.Fatalf("256 MiB under Spec.MemoryLimit 128 MiB: outcome %s, exit %d\n%s", res.Outcome, res.ExitCode, res.Output)
+		}
+	})
+	t.Run("default", func(t *testing.T) {
+		sb := bwrapBox(t, nil)
+		if res := alloc(sb, Spec{}, 1536<<20); res.Outcome != OutcomeMemoryExceeded {
+			t.Fatalf("1.5 GiB under the default limit (%s): outcome %s, exit %d\n%s", bytesize(DefaultMaxMemory), res.Outcome, res.ExitCode, res.Output)
+		}
+		// The same on the Go heap: Go's runtime reports "out of memory",
+		// or sometimes faults inside its collector instead; either way
+		// the command fails.
+		if res := allocIn(t, sb, Spec{}, "allocheap", 1536<<20); res.ExitCode == 0 {
+			t.Fatalf("1.5 GiB on the Go heap under the default limit: outcome %s, exit 0\n%s", res.Outcome, res.Output)
+		}
+	})
+}
+
+// A cold `go test` (the standard library compiled into an empty build
+// cache) works under the default memory limit.
+func TestBwrapGoTestUnderDefaultMemoryLimit(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go on PATH")
+	}
+	out, err := exec.Command(goBin, "env", "GOROOT").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroot := strings.TrimSpace(string(out))
+	sb := bwrapBox(t, func(o *Options) {
+		if !underAny(goroot, systemPaths) {
+			o.ReadOnly = append(o.ReadOnly, goroot)
+		}
+	})
+	wt, scratch := worktree(t), worktree(t)
+	writeFile(t, filepath.Join(wt, "go.mod"), "module example.test/x\n\ngo 1.21\n", 0o644)
+	writeFile(t, filepath.Join(wt, "x.go"), "package x\n\nfunc Add(a, b int) int { return a + b }\n", 0o644)
+	writeFile(t, filepath.Join(wt, "x_test.go"), "package x\n\nimport (\n\t\"fmt\"\n\t\"testing\"\n)\n\nfunc TestAdd(t *testing.T) {\n\tif fmt.Sprint(Add(1, 2)) != \"3\" {\n\t\tt.Fatal(Add(1, 2))\n\t}\n}\n", 0o644)
+	env := append([]string{"PATH=" + filepath.Join(goroot, "bin") + ":/usr/bin:/bin", "HOME=" + scratch + "/home",
+		"GOCACHE=" + scratch + "/gocache", "GOPATH=" + scratch + "/gopath", "GOPROXY=off", "GOTOOLCHAIN=local"}, ToolConfigEnv()...)
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Scratch: scratch, Argv: []string{"go", "test", "-count=1", "./..."}, Env: env, Timeout: 10 * time.Minute})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("go test under the default memory limit (%s): %v, outcome %s, exit %d\n%s", bytesize(DefaultMaxMemory), err, res.Outcome, res.ExitCode, res.Output)
+	}
+}
+
+func TestMemoryOptions(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1073741824", 1 << 30, true}, {"512M", 512 << 20, true}, {"512MiB", 512 << 20, true},
+		{"2G", 2 << 30, true}, {"2g", 2 << 30, true}, {"64K", 64 << 10, true},
+		{"", 0, false}, {"-1", 0, false}, {"1.5G", 0, false}, {"lots", 0, false},
+	} {
+		got, err := ParseBytes(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("ParseBytes(%q) = %d, %v", tc.in, got, err)
+		}
+	}
+	o, err := OptionsFromEnv(func(k string) string {
+		return map[string]string{EnvMemory: "768M", EnvCgroup: "/sys/fs/cgroup/conductor"}[k]
+	})
+	if err != nil || o.MaxMemory != 768<<20 || o.Cgroup != "/sys/fs/cgroup/conductor" {
+		t.Fatalf("OptionsFromEnv: %+v, %v", o, err)
+	}
+	for _, bad := range []map[string]string{{EnvMemory: "1M"}, {EnvMemory: "x"}, {EnvCgroup: "relative/cg"}} {
+		if _, err := OptionsFromEnv(func(k string) string { return bad[k] }); err == nil {
+			t.Errorf("OptionsFromEnv(%v): no error", bad)
+		}
+	}
+	if got := (Options{}).memoryLimit(Spec{}); got != DefaultMaxMemory {
+		t.Errorf("default limit %d", got)
+	}
+	if got := (Options{MaxMemory: 2 << 30}).memoryLimit(Spec{MemoryLimit: 1}); got != MinMemory {
+		t.Errorf("a tiny Spec.MemoryLimit gives %d, want MinMemory", got)
+	}
+	if _, err := NewWithOptions(BackendBwrap, Options{Cgroup: t.TempDir()}); err == nil {
+		t.Error("a folder that is not a cgroup v2 folder was accepted as Options.Cgroup")
+	}
+}
+
+func TestClassifyMemory(t *testing.T) {
+	for _, tc := range []struct {
+		res  Result
+		want string
+	}{
+		{Result{Outcome: OutcomeExited, ExitCode: 2, Output: []byte("fatal error: runtime: out of memory\n")}, OutcomeMemoryExceeded},
+		{Result{Outcome: OutcomeExited, ExitCode: 1, Output: []byte("Traceback ...\nMemoryError\n")}, OutcomeMemoryExceeded},
+		{Result{Outcome: OutcomeExited, ExitCode: 1, Output: []byte("mmap: cannot allocate memory\n")}, OutcomeMemoryExceeded},
+		{Result{Outcome: OutcomeSignaled, ExitCode: -1, Output: []byte("terminate called after throwing an instance of 'std::bad_alloc'")}, OutcomeMemoryExceeded},
+		{Result{Outcome: OutcomeExited, ExitCode: 0, Output: []byte("out of memory (a test name)")}, OutcomeExited},
+		{Result{Outcome: OutcomeExited, ExitCode: 1, Output: []byte("FAIL\n")}, OutcomeExited},
+		{Result{Outcome: OutcomeTimeout, ExitCode: -1, Output: []byte("out of memory")}, OutcomeTimeout},
+	} {
+		res := tc.res
+		classifyMemory(&res, nil)
+		if res.Outcome != tc.want || res.MemoryExceeded != (tc.want == OutcomeMemoryExceeded) {
+			t.Errorf("%s %d %q: outcome %s (memoryExceeded %v), want %s", tc.res.Outcome, tc.res.ExitCode, tc.res.Output, res.Outcome, res.MemoryExceeded, tc.want)
+		}
+	}
+}
