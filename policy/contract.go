@@ -90,6 +90,9 @@ type Limits struct {
 	TokenBudget           int64 `json:"tokenBudget,omitempty"`
 	CommandTimeoutSeconds int   `json:"commandTimeoutSeconds,omitempty"`
 	OutputLimitBytes      int   `json:"outputLimitBytes,omitempty"`
+	// MemoryBytes bounds the memory of each of the role's commands
+	// (sandbox.Spec.MemoryLimit); 0 means the sandbox's default.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 }
 
 // Role answers what one role may do. It implements runtask's RolePolicy.
@@ -269,6 +272,10 @@ func (r *Role) CommandTimeout() time.Duration {
 
 // OutputLimit caps tool output sent to the model, in bytes; 0 means default.
 func (r *Role) OutputLimit() int { return r.c.Limits.OutputLimitBytes }
+
+// MemoryLimit bounds the memory of one command, in bytes; 0 means the
+// sandbox's default.
+func (r *Role) MemoryLimit() int64 { return r.c.Limits.MemoryBytes }
 
 // Commands returns the allowlisted argv prefixes.
 func (r *Role) Commands() [][]string {

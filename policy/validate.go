@@ -16,6 +16,13 @@ var (
 	gateNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 )
 
+// Bounds of limits.memoryBytes: below 64 MiB (sandbox.MinMemory) the
+// sandbox itself cannot start reliably; above 64 GiB is a typo.
+const (
+	minMemoryBytes = 64 << 20
+	maxMemoryBytes = 64 << 30
+)
+
 type checker struct {
 	l   *loader
 	src sources
@@ -169,6 +176,9 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	}
 	if r.Limits.OutputLimitBytes < 0 {
 		c.bad("limits.outputLimitBytes", "must not be negative")
+	}
+	if m := r.Limits.MemoryBytes; m != 0 && (m < minMemoryBytes || m > maxMemoryBytes) {
+		c.bad("limits.memoryBytes", "%d: want 0 (the sandbox's default) or between %d (64 MiB) and %d (64 GiB) bytes", m, minMemoryBytes, int64(maxMemoryBytes))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
@@ -93,3 +94,50 @@ func TestCommandEnvIgnoresPlantedToolConfig(t *testing.T) {
 		t.Errorf("python's user site-packages (in the sandbox HOME) is enabled: %s", got)
 	}
 }
+
+// memRole is a role with limits.memoryBytes.
+type memRole struct {
+	testRole
+	mem int64
+}
+
+func (r *memRole) MemoryLimit() int64 { return r.mem }
+
+// The role's limits.memoryBytes reaches the sandbox as Spec.MemoryLimit,
+// and a command that runs into it is reported to the model by name.
+func TestRunCommandMemoryLimit(t *testing.T) {
+	tb, _, _ := newToolbox(t)
+	role := &memRole{testRole: testRole{commands: [][]string{{"alloc"}}}, mem: 128 << 20}
+	tb.role = role
+	tb.lim = resolveLimits(Task{}, role, testEnv(nil))
+	sb := &fakeResultSandbox{res: sandbox.Result{ExitCode: 2, Outcome: sandbox.OutcomeMemoryExceeded, MemoryExceeded: true,
+		Output: []byte("fatal error: runtime: out of memory\n")}}
+	tb.sb = sb
+	tb.scratch = filepath.Join(t.TempDir(), "scratch", "run")
+	r := tb.call(context.Background(), ToolRunCommand, `{"argv":["alloc","1G"]}`)
+	if len(sb.specs) != 1 || sb.specs[0].MemoryLimit != 128<<20 {
+		t.Fatalf("specs %+v: want one with MemoryLimit 128 MiB", sb.specs)
+	}
+	if !r.IsError || !strings.Contains(r.Content, "memory limit (128 MiB") {
+		t.Fatalf("result %+v", r)
+	}
+	// A role without the field leaves the sandbox's default (0).
+	if l := resolveLimits(Task{}, &testRole{}, testEnv(nil)); l.MemoryLimit != 0 {
+		t.Fatalf("MemoryLimit %d without a role limit", l.MemoryLimit)
+	}
+}
+
+// fakeResultSandbox returns one result for every command and records specs.
+type fakeResultSandbox struct {
+	res   sandbox.Result
+	specs []sandbox.Spec
+}
+
+func (s *fakeResultSandbox) Name() string { return "fake" }
+func (s *fakeResultSandbox) Run(_ context.Context, spec sandbox.Spec) (sandbox.Result, error) {
+	s.specs = append(s.specs, spec)
+	return s.res, nil
+}
+
+// *policy.Role carries limits.memoryBytes to the worker.
+var _ memoryLimiter = (*policy.Role)(nil)

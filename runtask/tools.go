@@ -666,6 +666,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		Scratch:     tb.scratch,
 		Timeout:     tb.lim.CommandTimeout,
 		OutputLimit: fullOutputLimit,
+		MemoryLimit: tb.lim.MemoryLimit,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)
@@ -676,6 +677,8 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		head = fmt.Sprintf("command timed out after %s (killed with everything it started)\n", tb.lim.CommandTimeout)
 	case res.OutputExceeded || res.Outcome == sandbox.OutcomeOutputExceeded:
 		head = fmt.Sprintf("command killed: it wrote %d bytes, more than the sandbox allows\n", res.OutputBytes)
+	case res.MemoryExceeded || res.Outcome == sandbox.OutcomeMemoryExceeded:
+		head = fmt.Sprintf("command failed at its memory limit (%s; exit status %d): use less memory, or ask for a role with a larger limits.memoryBytes\n", memoryText(tb.lim.MemoryLimit), res.ExitCode)
 	case res.Outcome == sandbox.OutcomeSignaled:
 		head = fmt.Sprintf("command killed by signal %s\n", firstNonEmpty(res.Signal, "(unknown)"))
 	case res.Outcome == sandbox.OutcomeCancelled:
@@ -687,7 +690,18 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		head += "[output truncated by the sandbox]\n"
 	}
 	full := append([]byte(head), res.Output...)
-	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut}
+	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut || res.MemoryExceeded}
+}
+
+// memoryText names a command's memory limit for the model.
+func memoryText(n int64) string {
+	if n <= 0 {
+		n = sandbox.DefaultMaxMemory
+	}
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // refusalText renders a policy answer for the model.
