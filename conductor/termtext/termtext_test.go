@@ -1,0 +1,68 @@
+package termtext
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestEscape(t *testing.T) {
+	for _, tc := range []struct {
+		name, in, line, text string
+	}{
+		{"plain", "pkg/a.go", "pkg/a.go", "pkg/a.go"},
+		{"unicode", "docs/naïve — ok.md", "docs/naïve — ok.md", "docs/naïve — ok.md"},
+		{"osc 52 clipboard", "x\x1b]52;c;ZXZpbA==\x07y", `x\x1b]52;c;ZXZpbA==\x07y`, `x\x1b]52;c;ZXZpbA==\x07y`},
+		{"title", "\x1b]0;pwned\x1b\\", `\x1b]0;pwned\x1b\`, `\x1b]0;pwned\x1b\`},
+		{"clear screen", "\x1b[2J\x1b[H", `\x1b[2J\x1b[H`, `\x1b[2J\x1b[H`},
+		{"c1 csi as utf-8", "a\u009b2Jb", `a\u009b2Jb`, `a\u009b2Jb`},
+		{"c1 osc as utf-8", "\u009d52;c;x\u009c", `\u009d52;c;x\u009c`, `\u009d52;c;x\u009c`},
+		{"raw 8-bit csi", "a\x9b2J", `a\x9b2J`, `a\x9b2J`},
+		{"invalid utf-8", "a\xffb\xc3", `a\xffb\xc3`, `a\xffb\xc3`},
+		{"newline and tab", "a\nb\tc", `a\nb\tc`, "a\nb\tc"},
+		{"carriage return", "ok\rFAIL", `ok\rFAIL`, `ok\rFAIL`},
+		{"backspace, bell, nul, del", "\b\a\x00\x7f", `\x08\x07\x00\x7f`, `\x08\x07\x00\x7f`},
+		{"bidi override", "a\u202eb", `a\u202eb`, `a\u202eb`},
+		{"bidi isolate", "\u2066x\u2069", `\u2066x\u2069`, `\u2066x\u2069`},
+		{"empty", "", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Line(tc.in); got != tc.line {
+				t.Errorf("Line(%q) = %q, want %q", tc.in, got, tc.line)
+			}
+			if got := Text(tc.in); got != tc.text {
+				t.Errorf("Text(%q) = %q, want %q", tc.in, got, tc.text)
+			}
+			var b bytes.Buffer
+			fmt.Fprint(Writer(&b), tc.in)
+			if b.String() != tc.text {
+				t.Errorf("Writer: %q, want %q", b.String(), tc.text)
+			}
+		})
+	}
+}
+
+// Whatever goes in, nothing a terminal acts on comes out: no C0 but \n and
+// \t (Text), no DEL, no C1, valid UTF-8.
+func FuzzEscape(f *testing.F) {
+	for _, s := range []string{"a", "\x1b]52;c;x\x07", "\u009b", "\xc2\x9b", "\xc2", "a\nb", "\u202e"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, out := range []string{Line(s), Text(s)} {
+			if !utf8.ValidString(out) {
+				t.Fatalf("%q -> invalid UTF-8 %q", s, out)
+			}
+			for _, r := range out {
+				if (r < 0x20 && r != '\n' && r != '\t') || r == 0x7f || (r >= 0x80 && r <= 0x9f) || unsafeRune(r) {
+					t.Fatalf("%q -> %q keeps %U", s, out, r)
+				}
+			}
+		}
+		if strings.ContainsAny(Line(s), "\n\t") {
+			t.Fatalf("Line(%q) keeps a newline or tab", s)
+		}
+	})
+}
