@@ -10,8 +10,13 @@ import (
 // Line returns s fit for one line of a terminal: every control character
 // (C0 including newline, tab and carriage return, DEL, C1), every byte that
 // is not valid UTF-8 and the bidirectional overrides that reorder what is
-// shown are replaced by a visible escape (\x1b, \n, \u009b, \u202e, \xff).
-// Printable text, spaces included, is unchanged.
+// shown are replaced by a visible escape (\x1b, \n, \u007f, \u009b,
+// \u202e, \xff). Printable text, spaces included, is unchanged.
+//
+// The escapes are chosen so that JSON stays JSON: encoding/json never
+// writes a raw C0 character or invalid UTF-8, and the runes it does leave
+// raw (DEL, C1, bidirectional controls) become \uXXXX, which is the same
+// string in JSON. So Writer may carry --json output too.
 func Line(s string) string { return escape(s, false) }
 
 // Text is Line for multi-line text (gate output, a model's message): it
@@ -65,9 +70,9 @@ func escape(s string, keepLines bool) string {
 			b.WriteString(`\t`)
 		case r == '\r':
 			b.WriteString(`\r`)
-		case r < 0x20 || r == 0x7f:
+		case r < 0x20:
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unsafeRune(r):
+		case r == 0x7f || unsafeRune(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])

@@ -2,6 +2,7 @@ package termtext
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -23,7 +24,7 @@ func TestEscape(t *testing.T) {
 		{"invalid utf-8", "a\xffb\xc3", `a\xffb\xc3`, `a\xffb\xc3`},
 		{"newline and tab", "a\nb\tc", `a\nb\tc`, "a\nb\tc"},
 		{"carriage return", "ok\rFAIL", `ok\rFAIL`, `ok\rFAIL`},
-		{"backspace, bell, nul, del", "\b\a\x00\x7f", `\x08\x07\x00\x7f`, `\x08\x07\x00\x7f`},
+		{"backspace, bell, nul, del", "\b\a\x00\x7f", `\x08\x07\x00\u007f`, `\x08\x07\x00\u007f`},
 		{"bidi override", "a\u202eb", `a\u202eb`, `a\u202eb`},
 		{"bidi isolate", "\u2066x\u2069", `\u2066x\u2069`, `\u2066x\u2069`},
 		{"empty", "", "", ""},
@@ -63,6 +64,37 @@ func FuzzEscape(f *testing.F) {
 		}
 		if strings.ContainsAny(Line(s), "\n\t") {
 			t.Fatalf("Line(%q) keeps a newline or tab", s)
+		}
+	})
+}
+
+// JSON written through Writer is still JSON, with the same value, and
+// carries nothing a terminal acts on.
+func FuzzWriterKeepsJSON(f *testing.F) {
+	for _, s := range []string{"a", "\x1b]52;c;x\x07", "\u009b2J", "\x7f", "\u202e", "\xff", "a\nb\tc"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		want, err := json.Marshal(map[string]any{"name": s, "list": []string{s, "x"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if _, err := Writer(&b).Write(want); err != nil {
+			t.Fatal(err)
+		}
+		var got, orig any
+		if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+			t.Fatalf("%q -> invalid JSON %s: %v", s, b.Bytes(), err)
+		}
+		json.Unmarshal(want, &orig)
+		g, _ := json.Marshal(got)
+		o, _ := json.Marshal(orig)
+		if !bytes.Equal(g, o) {
+			t.Fatalf("%q: value changed: %s -> %s", s, o, g)
+		}
+		if Text(b.String()) != b.String() {
+			t.Fatalf("%q: output still needs escaping: %q", s, b.String())
 		}
 	})
 }
