@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
@@ -231,7 +232,11 @@ func printRunOutcome(w io.Writer, dir string, r runrec.Result) {
 		fmt.Fprintf(w, "  patch-id: %s\n", r.PatchID)
 	}
 	if len(r.FilesChanged) > 0 {
-		fmt.Fprintf(w, "  files:    %s\n", strings.Join(r.FilesChanged, ", "))
+		names := make([]string, len(r.FilesChanged))
+		for i, f := range r.FilesChanged {
+			names[i] = termtext.Line(f) // a name's newline must not start a line of its own
+		}
+		fmt.Fprintf(w, "  files:    %s\n", strings.Join(names, ", "))
 	}
 	if r.Worktree != "" {
 		fmt.Fprintf(w, "  worktree: %s (kept)\n", r.Worktree)
