@@ -91,7 +91,9 @@ type Limits struct {
 	CommandTimeoutSeconds int   `json:"commandTimeoutSeconds,omitempty"`
 	OutputLimitBytes      int   `json:"outputLimitBytes,omitempty"`
 	// MemoryBytes bounds the memory of each of the role's commands
-	// (sandbox.Spec.MemoryLimit); 0 means the sandbox's default.
+	// (sandbox.Spec.MemoryLimit): it may lower the operator's limit
+	// (CONDUCTOR_SANDBOX_MAX_MEMORY, default 1 GiB), never raise it; 0
+	// means the operator's limit.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 }
 

@@ -42,12 +42,14 @@ func ParseBytes(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// memoryLimit is the limit for one command.
+// memoryLimit is the limit for one command: Spec.MemoryLimit may lower
+// Options.MaxMemory (the operator's), never raise it.
 func (o Options) memoryLimit(spec Spec) int64 {
+	limit := int64(o.withDefaults().MaxMemory)
 	if spec.MemoryLimit > 0 {
-		return max(spec.MemoryLimit, MinMemory)
+		limit = max(min(spec.MemoryLimit, limit), MinMemory)
 	}
-	return int64(o.withDefaults().MaxMemory)
+	return limit
 }
 
 // cgroup2Magic is CGROUP2_SUPER_MAGIC, statfs's f_type of a cgroup v2 mount.

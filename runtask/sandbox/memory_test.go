@@ -119,6 +119,12 @@ func TestMemoryOptions(t *testing.T) {
 	if got := (Options{MaxMemory: 2 << 30}).memoryLimit(Spec{MemoryLimit: 1}); got != MinMemory {
 		t.Errorf("a tiny Spec.MemoryLimit gives %d, want MinMemory", got)
 	}
+	if got := (Options{}).memoryLimit(Spec{MemoryLimit: 8 << 30}); got != DefaultMaxMemory {
+		t.Errorf("Spec.MemoryLimit 8 GiB under the default gives %d: a role must not raise the operator's limit", got)
+	}
+	if got := (Options{MaxMemory: 4 << 30}).memoryLimit(Spec{MemoryLimit: 2 << 30}); got != 2<<30 {
+		t.Errorf("Spec.MemoryLimit 2 GiB under 4 GiB gives %d", got)
+	}
 	if _, err := NewWithOptions(BackendBwrap, Options{Cgroup: t.TempDir()}); err == nil {
 		t.Error("a folder that is not a cgroup v2 folder was accepted as Options.Cgroup")
 	}

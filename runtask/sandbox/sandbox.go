@@ -30,8 +30,9 @@ type Spec struct {
 	OutputLimit int64         // cap on captured output bytes (head+tail kept); 0: default
 	// MemoryLimit bounds the command's memory in bytes (RLIMIT_DATA of
 	// each process; memory.max of the command's cgroup where
-	// Options.Cgroup is set); 0: Options.MaxMemory. The none backend sets
-	// no limit.
+	// Options.Cgroup is set). It may lower Options.MaxMemory, the
+	// operator's limit, never raise it; 0: Options.MaxMemory. The none
+	// backend sets no limit.
 	MemoryLimit int64
 	Stdin       []byte
 
