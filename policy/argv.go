@@ -49,7 +49,7 @@ type program struct {
 // programs maps a program's base name to its rules; any other program is
 // read with getoptSyntax and the contract's deniedArgs only.
 var programs = map[string]program{
-	"go":     {syntax: goSyntax, deny: []string{"-exec", "-toolexec", "-vettool"}, denyWords: []string{"-extld", "-extar"}},
+	"go":     {syntax: goSyntax, deny: []string{"-exec", "-toolexec", "-vettool"}, denyWords: []string{"-extld", "-extar", "-extldflags"}},
 	"gofmt":  {syntax: goSyntax},
 	"make":   {deny: makeDeny, noAssignments: true},
 	"gmake":  {deny: makeDeny, noAssignments: true},

@@ -56,6 +56,7 @@ func TestCheckCommandExactArgv(t *testing.T) {
 		{"go -ldflags=-extld", []string{"go", "build", "-ldflags=-linkmode=external -extld=/tmp/evil"}, "argument-not-allowed"},
 		{"go -ldflags -extld", []string{"go", "test", "-ldflags", "-extld /tmp/evil"}, "argument-not-allowed"},
 		{"go -ldflags=all=-extld", []string{"go", "test", "-ldflags=all=-extld=/tmp/evil"}, "argument-not-allowed"},
+		{"go -ldflags -extldflags", []string{"go", "build", "-ldflags=-linkmode=external -extldflags=-B/tmp/evil"}, "argument-not-allowed"},
 		{"go -modfile", []string{"go", "test", "-modfile=/tmp/go.mod"}, "argument-not-allowed"},
 		{"go -overlay", []string{"go", "test", "-overlay=/tmp/o.json"}, "argument-not-allowed"},
 		{"go -o", []string{"go", "build", "-o", "/tmp/x"}, "argument-not-allowed"},

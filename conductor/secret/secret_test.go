@@ -58,6 +58,12 @@ func TestWithheld(t *testing.T) {
 		{"CARGO_HOME", true, false},
 		{"PIP_INDEX_URL", true, false},
 		{"CC", true, false},
+		{"CGO_LDFLAGS", true, false},
+		{"RUSTFLAGS", true, false},
+		{"PYTEST_ADDOPTS", true, false},
+		{"JAVA_TOOL_OPTIONS", true, false},
+		{"LESSOPEN", true, false},
+		{"PS4", true, false},
 		// what roles and gates legitimately pass
 		{"GOFLAGS", false, false},
 		{"GOMODCACHE", false, false},
