@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -147,6 +148,61 @@ func TestClassifyMemory(t *testing.T) {
 		classifyMemory(&res, nil)
 		if res.Outcome != tc.want || res.MemoryExceeded != (tc.want == OutcomeMemoryExceeded) {
 			t.Errorf("%s %d %q: outcome %s (memoryExceeded %v), want %s", tc.res.Outcome, tc.res.ExitCode, tc.res.Output, res.Outcome, res.MemoryExceeded, tc.want)
+		}
+	}
+}
+
+// checkCgroup refuses what is not a delegated cgroup v2 folder with the
+// memory controller, naming why.
+func TestCheckCgroup(t *testing.T) {
+	if err := checkCgroup(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not a cgroup v2 folder") {
+		t.Errorf("a plain folder: %v", err)
+	}
+	// A cgroup v2 mount without the memory controller for its children
+	// (here: the hybrid layout's unified hierarchy, when there is one).
+	for _, d := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.subtree_control"))
+		if err != nil || hasWord(string(b), "memory") {
+			continue
+		}
+		if err := checkCgroup(d); err == nil || !strings.Contains(err.Error(), "memory controller is not enabled") {
+			t.Errorf("%s: %v", d, err)
+		}
+		return
+	}
+}
+
+// With a delegated cgroup v2 folder (CONDUCTOR_TEST_CGROUP: one with
+// +memory in its cgroup.subtree_control, which this test may write), a
+// command over its limit is killed or fails as memory-exceeded, and its
+// child cgroup is gone afterwards. Skipped when no such folder is given.
+func TestBwrapCgroupMemoryLimit(t *testing.T) {
+	parent := os.Getenv("CONDUCTOR_TEST_CGROUP")
+	if parent == "" {
+		t.Skip("CONDUCTOR_TEST_CGROUP names no delegated cgroup v2 folder")
+	}
+	sb := bwrapBox(t, func(o *Options) { o.Cgroup = parent; o.MaxMemory = 128 << 20 })
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	for _, how := range []string{"alloc", "allocheap"} {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, how, strconv.Itoa(512 << 20)}, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if how == "alloc" && res.Outcome != OutcomeMemoryExceeded {
+			t.Errorf("%s 512 MiB in a 128 MiB cgroup: outcome %s, exit %d\n%s", how, res.Outcome, res.ExitCode, res.Output)
+		}
+		if res.ExitCode == 0 {
+			t.Errorf("%s 512 MiB in a 128 MiB cgroup succeeded", how)
+		}
+	}
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "conductor-cmd-") {
+			t.Errorf("child cgroup %s left behind", e.Name())
 		}
 	}
 }
