@@ -20,8 +20,9 @@ import (
 func Line(s string) string { return escape(s, false) }
 
 // Text is Line for multi-line text (gate output, a model's message): it
-// keeps newlines and tabs as they are, and escapes everything else Line
-// escapes (a carriage return too: it would let one line overwrite another).
+// keeps newlines and tabs as they are, drops the carriage return of a CRLF
+// line end, and escapes everything else Line escapes (a lone carriage
+// return too: it would let one line overwrite another).
 func Text(s string) string { return escape(s, true) }
 
 // Writer returns a writer that passes everything written to it through
@@ -68,6 +69,9 @@ func escape(s string, keepLines bool) string {
 			b.WriteString(`\n`)
 		case r == '\t':
 			b.WriteString(`\t`)
+		case r == '\r' && keepLines && strings.HasPrefix(s[i+1:], "\n"):
+			// a CRLF line end (Windows tools, some test runners): the line
+			// ends, nothing to show
 		case r == '\r':
 			b.WriteString(`\r`)
 		case r < 0x20:

@@ -24,6 +24,7 @@ func TestEscape(t *testing.T) {
 		{"invalid utf-8", "a\xffb\xc3", `a\xffb\xc3`, `a\xffb\xc3`},
 		{"newline and tab", "a\nb\tc", `a\nb\tc`, "a\nb\tc"},
 		{"carriage return", "ok\rFAIL", `ok\rFAIL`, `ok\rFAIL`},
+		{"crlf", "a\r\nb\r", `a\r\nb\r`, "a\nb\\r"},
 		{"backspace, bell, nul, del", "\b\a\x00\x7f", `\x08\x07\x00\u007f`, `\x08\x07\x00\u007f`},
 		{"bidi override", "a\u202eb", `a\u202eb`, `a\u202eb`},
 		{"bidi isolate", "\u2066x\u2069", `\u2066x\u2069`, `\u2066x\u2069`},
