@@ -44,6 +44,10 @@ type program struct {
 	// --script-shell, --userconfig, --node-options, -C): all are refused;
 	// arguments after "--" go to the test script.
 	noOptions bool
+	// longOptions are options of the program whose names would otherwise
+	// read as abbreviations of a denied one (pytest's --co is
+	// --collect-only, not --config-file).
+	longOptions []string
 }
 
 // programs maps a program's base name to its rules; any other program is
@@ -57,12 +61,12 @@ var programs = map[string]program{
 	"pnpm":   {noOptions: true},
 	"yarn":   {noOptions: true},
 	"cargo":  {deny: []string{"--config", "-Z"}},
-	"pytest": {deny: pytestDeny},
+	"pytest": {deny: pytestDeny, longOptions: []string{"co"}},
 }
 
 var (
 	makeDeny   = []string{"-f", "--file", "--makefile", "-C", "--directory", "-E", "--eval", "-I", "--include-dir"}
-	pytestDeny = []string{"-p", "-c", "--config-file", "-o", "--override-ini", "--rootdir", "--confcutdir"}
+	pytestDeny = []string{"-p", "-c", "--config-file", "-o", "--override-ini"}
 )
 
 // checkArgs checks the arguments after the matched allowlist prefix.
@@ -96,7 +100,7 @@ func (r *Role) checkArgs(match, args []string) error {
 			return refuse(a, "its options are configuration settings (the shell that runs scripts, the config files, node's options)", "drop the option; pass the test script's own arguments after \"--\"")
 		}
 		for _, d := range denied {
-			if deniedArgIn(prog.syntax, a, d) {
+			if deniedArgIn(prog, a, d) {
 				return refuse(a, "the role denies "+d, "drop the argument "+d)
 			}
 		}
@@ -105,12 +109,12 @@ func (r *Role) checkArgs(match, args []string) error {
 }
 
 // deniedArgIn reports whether argument a is the denied option d in any
-// spelling the syntax accepts.
-func deniedArgIn(s flagSyntax, a, d string) bool {
+// spelling the program accepts.
+func deniedArgIn(prog program, a, d string) bool {
 	if deniedArg(a, d) {
 		return true // -name, --name, with or without =value
 	}
-	if s != getoptSyntax || !strings.HasPrefix(d, "-") {
+	if prog.syntax != getoptSyntax || !strings.HasPrefix(d, "-") {
 		return false
 	}
 	switch {
@@ -120,7 +124,7 @@ func deniedArgIn(s flagSyntax, a, d string) bool {
 			return false
 		}
 		name, _, _ := strings.Cut(a[2:], "=")
-		return name != "" && strings.HasPrefix(d[2:], name)
+		return name != "" && strings.HasPrefix(d[2:], name) && !slices.Contains(prog.longOptions, name)
 	case len(d) == 2:
 		// a short option, alone, bundled or with its value attached:
 		// -fFILE, -kfFILE, -C/. Anything after a value-taking option is

@@ -76,6 +76,9 @@ func TestCheckCommandExactArgv(t *testing.T) {
 		{"pytest --override-ini", []string{"pytest", "--override-ini=addopts=-p evil"}, "argument-not-allowed"},
 		{"pytest -o", []string{"pytest", "-o", "addopts=-p evil"}, "argument-not-allowed"},
 		{"pytest ordinary", []string{"pytest", "-q", "-x", "-k", "test_x", "tests/"}, ""},
+		{"pytest --co is --collect-only", []string{"pytest", "--co"}, ""},
+		{"pytest --conf abbreviates --config-file", []string{"pytest", "--conf=/tmp/x.ini"}, "argument-not-allowed"},
+		{"pytest -rfE", []string{"pytest", "-rfE"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
