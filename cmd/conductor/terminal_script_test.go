@@ -1,11 +1,14 @@
 package main
 
 import (
+	"os"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
@@ -42,4 +45,20 @@ func noctlCmd(ts *testscript.TestScript, neg bool, args []string) {
 
 func around(s string, i int) string {
 	return s[max(0, i-40):min(len(s), i+40)]
+}
+
+// deps.Stderr is a termtext writer: run-task must still see the terminal
+// under it (progress on a TTY).
+func TestFileOfSeesThroughTermtext(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, ok := fileOf(termtext.Writer(f)); !ok || got != f {
+		t.Fatalf("fileOf(termtext.Writer(f)) = %v, %v", got, ok)
+	}
+	if _, ok := fileOf(termtext.Writer(&strings.Builder{})); ok {
+		t.Fatal("fileOf found a file under a strings.Builder")
+	}
 }

@@ -39,6 +39,9 @@ func Writer(w io.Writer) io.Writer {
 
 type writer struct{ w io.Writer }
 
+// Unwrap returns the writer Writer wraps (to ask whether it is a terminal).
+func (sw *writer) Unwrap() io.Writer { return sw.w }
+
 func (sw *writer) Write(p []byte) (int, error) {
 	s := string(p)
 	e := escape(s, true)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -43,6 +44,17 @@ func TestEscape(t *testing.T) {
 				t.Errorf("Writer: %q, want %q", b.String(), tc.text)
 			}
 		})
+	}
+}
+
+func TestWriterUnwrap(t *testing.T) {
+	var b bytes.Buffer
+	w := Writer(&b)
+	if Writer(w) != w {
+		t.Error("Writer wraps its own writer again")
+	}
+	if u, ok := w.(interface{ Unwrap() io.Writer }); !ok || u.Unwrap() != &b {
+		t.Errorf("Unwrap: %v", ok)
 	}
 }
 
