@@ -3,6 +3,7 @@ package runtask
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -141,3 +142,41 @@ func (s *fakeResultSandbox) Run(_ context.Context, spec sandbox.Spec) (sandbox.R
 
 // *policy.Role carries limits.memoryBytes to the worker.
 var _ memoryLimiter = (*policy.Role)(nil)
+
+// End to end in the real sandbox: the role's limits.memoryBytes bounds a
+// run_command, and the model is told the command failed at the limit.
+func TestRunCommandMemoryLimitInBwrap(t *testing.T) {
+	dir := reachableDir(t)
+	tool := filepath.Join(dir, "escapetool")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", tool, "github.com/conductor-dev/conductor/testdata/escape/escapetool")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build escapetool: %v\n%s", err, out)
+	}
+	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, sandbox.Options{ReadOnly: []string{dir}})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("bwrap sandbox needed in CI: %v", err)
+		}
+		t.Skipf("bwrap sandbox not available here: %v", err)
+	}
+	tb, _, _ := newToolbox(t)
+	wt := filepath.Join(dir, "wt")
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tb.dir = wt
+	role := &memRole{testRole: testRole{commands: [][]string{{tool}}}, mem: 128 << 20}
+	tb.role, tb.sb = role, sb
+	tb.lim = resolveLimits(Task{}, role, testEnv(nil))
+	tb.scratch = filepath.Join(dir, "scratch", "run")
+	tb.env, _ = commandEnv(testEnv(nil), role, tb.scratch, nil)
+	r := tb.call(context.Background(), ToolRunCommand, args(map[string]any{"argv": []string{tool, "alloc", "536870912"}}))
+	if !r.IsError || !strings.Contains(r.Content, "command failed at its memory limit (128 MiB") {
+		t.Fatalf("512 MiB under a 128 MiB role limit: %+v", r)
+	}
+	r = tb.call(context.Background(), ToolRunCommand, args(map[string]any{"argv": []string{tool, "alloc", "33554432"}}))
+	if r.IsError || !strings.Contains(r.Content, "allocated 33554432 bytes") {
+		t.Fatalf("32 MiB under a 128 MiB role limit: %+v", r)
+	}
+}
