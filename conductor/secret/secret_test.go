@@ -52,6 +52,7 @@ func TestWithheld(t *testing.T) {
 		{"GOTOOLCHAIN", true, false},
 		{"MAKEFLAGS", true, false},
 		{"MAKEFILES", true, false},
+		{"GNUMAKEFLAGS", true, false},
 		{"SHELL", true, false},
 		{"NPM_CONFIG_USERCONFIG", true, false},
 		{"npm_config_script_shell", true, false},
