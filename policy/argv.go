@@ -101,7 +101,11 @@ func (r *Role) checkArgs(match, args []string) error {
 		}
 		for _, d := range denied {
 			if deniedArgIn(prog, a, d) {
-				return refuse(a, "the role denies "+d, "drop the argument "+d)
+				why := "the role's deniedArgs list " + d
+				if slices.Contains(prog.deny, d) {
+					why = d + " chooses another program, makefile, configuration or folder"
+				}
+				return refuse(a, why, "drop the argument "+d)
 			}
 		}
 	}
