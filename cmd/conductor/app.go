@@ -67,12 +67,14 @@ func (d *deps) openStore(c *cli.Context) (bus.Store, error) {
 	return d.store, d.storeErr
 }
 
-// raw is stdout for data that must keep its bytes (a diff).
+// raw is stdout for data that must keep its bytes (a diff): the exact
+// bytes for a pipe or a file, but escaped like everything else when stdout
+// is a terminal, where a person reads it.
 func (d *deps) raw() io.Writer {
-	if d.RawStdout != nil {
-		return d.RawStdout
+	if d.RawStdout == nil || isTerminal(d.RawStdout) {
+		return d.Stdout
 	}
-	return d.Stdout
+	return d.RawStdout
 }
 
 func (d *deps) close() {

@@ -22,15 +22,24 @@ func TestScriptTerminal(t *testing.T) {
 	}))
 }
 
-// noctlCmd is the script command "noctl stdout|stderr|FILE": it fails when
-// the last command's stdout or stderr (or FILE) holds anything a terminal
-// acts on: a C0 control character other than newline and tab, DEL, a C1
-// control (raw or UTF-8 encoded) or a byte that is not valid UTF-8.
+// noctlCmd is the script command "noctl [-crlf] stdout|stderr|FILE": it
+// fails when the last command's stdout or stderr (or FILE) holds anything a
+// terminal acts on: a C0 control character other than newline and tab, DEL,
+// a C1 control (raw or UTF-8 encoded) or a byte that is not valid UTF-8.
+// -crlf also allows the carriage return of a CRLF line end (what a pty
+// makes of a newline).
 func noctlCmd(ts *testscript.TestScript, neg bool, args []string) {
+	crlf := len(args) == 2 && args[0] == "-crlf"
+	if crlf {
+		args = args[1:]
+	}
 	if neg || len(args) != 1 {
-		ts.Fatalf("usage: noctl stdout|stderr|FILE")
+		ts.Fatalf("usage: noctl [-crlf] stdout|stderr|FILE")
 	}
 	s := ts.ReadFile(args[0])
+	if crlf {
+		s = strings.ReplaceAll(s, "\r\n", "\n")
+	}
 	for i := 0; i < len(s); {
 		r, size := utf8.DecodeRuneInString(s[i:])
 		switch {
