@@ -273,7 +273,7 @@ EXIT STATUS:
    0   ok
    1   error (the operation failed; see the message)
    2   usage (bad flags or arguments)
-   3   refused (a policy check or the gate said no; nothing changed)
+   3   refused (a policy check or the gate said no, or an id names nothing; nothing changed)
    130 interrupted
 `
 
@@ -304,6 +304,11 @@ func exitCode(ctx context.Context, err error) int {
 	var rf *policy.Refusal
 	switch {
 	case errors.As(err, &rf):
+		return exitRefused
+	case errors.Is(err, bus.ErrNotFound):
+		// One rule for every command: an id that names nothing (a run, a
+		// decision) changed nothing and is refused, as land refuses
+		// decision-not-found.
 		return exitRefused
 	case errors.As(err, &ue):
 		return exitUsage

@@ -198,7 +198,7 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 	}
 	p := runDir(arg)
 	if !isDir(p) {
-		return "", fmt.Errorf("review: no run %s (no folder %s)", arg, p)
+		return "", fmt.Errorf("review: run %s (no folder %s): %w", arg, p, bus.ErrNotFound)
 	}
 	return runrec.Dir(p), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -10,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newRunsCmd(d *deps) *cli.Command {
@@ -30,6 +33,11 @@ type runsListOptions struct {
 	json   bool
 }
 
+// runStatuses are the statuses a run can have (runrec's, and a drifted
+// resume's).
+var runStatuses = []string{runrec.StatusRunning, runrec.StatusSucceeded, runrec.StatusFailed, runrec.StatusTimeout,
+	runrec.StatusBudget, runrec.StatusStuck, runrec.StatusCancelled, runtask.StatusDrift}
+
 func newRunsListCmd(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:      "list",
@@ -38,7 +46,7 @@ func newRunsListCmd(d *deps) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "task", Usage: "only runs of this task id"},
 			&cli.StringFlag{Name: "session", Usage: "only runs of this session"},
-			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled)"},
+			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled, drift)"},
 			&cli.IntFlag{Name: "limit", Usage: "at most N runs (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
@@ -48,6 +56,9 @@ func newRunsListCmd(d *deps) *cli.Command {
 			}
 			if c.Int("limit") < 0 {
 				return usagef("--limit %d: must not be negative", c.Int("limit"))
+			}
+			if st := c.String("status"); st != "" && !slices.Contains(runStatuses, st) {
+				return usagef("--status %q: want one of %s", st, strings.Join(runStatuses, ", "))
 			}
 			return runsList(c, d, runsListOptions{
 				filter: bus.RunFilter{TaskID: c.String("task"), Session: c.String("session"),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/policy"
@@ -126,7 +127,11 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	ctx := c.Context
 	task := opts.Task
 	if resumeID != "" && task.TaskVersion == 0 {
-		t, err := runtask.LoadTask(runrec.Dir(opts.Config.RunDir(resumeID)).Path(runrec.TaskFile))
+		dir := runrec.Dir(opts.Config.RunDir(resumeID))
+		if !isDir(string(dir)) {
+			return fmt.Errorf("resume %s: no run folder %s: %w", resumeID, dir, bus.ErrNotFound)
+		}
+		t, err := runtask.LoadTask(dir.Path(runrec.TaskFile))
 		if err != nil {
 			return fmt.Errorf("resume %s: %w", resumeID, err)
 		}
