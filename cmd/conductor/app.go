@@ -155,10 +155,12 @@ func newApp(d *deps) *cli.App {
 			newDoctorCmd(d),
 			newPoolCmd(d),
 			newVersionCmd(d),
+			newCompletionCmd(d),
+			newManCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,
-		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
+		CustomAppHelpTemplate: cli.AppHelpTemplate + examplesHelp("") + exitStatusHelp,
 		OnUsageError:          func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) },
 		// `help TOPIC` (or `CMD TOPIC --help`) where TOPIC names no
 		// command. For a command without subcommands, TOPIC is one of its
@@ -208,9 +210,9 @@ func decorate(d *deps, cmd *cli.Command) {
 func decorateAs(d *deps, cmd *cli.Command, parent string) {
 	path := parent + " " + cmd.Name
 	if len(cmd.Subcommands) > 0 {
-		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + exitStatusHelp
+		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + examplesHelp(commandPath(parent, cmd)) + exitStatusHelp
 	} else {
-		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + exitStatusHelp
+		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + examplesHelp(commandPath(parent, cmd)) + exitStatusHelp
 	}
 	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
 	cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) }
