@@ -48,6 +48,8 @@ var examples = map[string][]string{
 	},
 	"runs show": {
 		"conductor runs show RUN",
+		"conductor runs show RUN --transcript",
+		"conductor runs show RUN --transcript --follow   # a live run, until it ends",
 		"conductor runs show RUN --json",
 	},
 	"review": {

@@ -115,8 +115,13 @@ func newRunsShowCmd(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:      "show",
 		Usage:     "show one run: the store row, result.json and the run folder",
-		UsageText: "conductor runs show ID [--json]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+		UsageText: "conductor runs show ID [--json] | --transcript [--follow] [--lines N]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.BoolFlag{Name: "transcript", Usage: "print the run's transcript for a person: turns, tool calls, results folded, usage"},
+			&cli.BoolFlag{Name: "follow", Usage: "with --transcript: keep printing a live run's transcript until it ends"},
+			&cli.IntFlag{Name: "lines", Value: 3, Usage: "with --transcript: lines of each message or result shown before the rest is folded (-1: all)"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usagef("runs show takes one run id (got %d arguments)", c.NArg())
@@ -124,6 +129,19 @@ func newRunsShowCmd(d *deps) *cli.Command {
 			id := strings.TrimSpace(c.Args().First())
 			if err := bus.CheckRunID(id); err != nil {
 				return usageErr(err)
+			}
+			if c.Bool("follow") && !c.Bool("transcript") {
+				return usagef("--follow goes with --transcript")
+			}
+			if c.Bool("transcript") {
+				if c.Bool("json") {
+					return usagef("--transcript prints for people; the transcript itself is JSON lines: runs/%s/transcript.jsonl", id)
+				}
+				dir := runrec.Dir(d.config(c).RunDir(id))
+				if !isDir(string(dir)) {
+					return fmt.Errorf("run %s (no folder %s): %w", id, dir, bus.ErrNotFound)
+				}
+				return runtask.RenderTranscript(c.Context, d.Stdout, dir, runtask.RenderOptions{Lines: c.Int("lines"), Follow: c.Bool("follow")})
 			}
 			return runsShow(c, d, id, c.Bool("json"))
 		},
