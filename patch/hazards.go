@@ -1,0 +1,322 @@
+package patch
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Hazard codes: what a worktree may hold that host git must never see.
+const (
+	// HazardNestedRepo is a .git file or folder below the worktree's top:
+	// git would read its configuration (filters, hooks, fsmonitor) or its
+	// HEAD (which may be a named pipe) as a repository's.
+	HazardNestedRepo = "nested-repository"
+	// HazardSpecialFile is a named pipe, socket or device: opening one can
+	// block or reach something outside the worktree.
+	HazardSpecialFile = "special-file"
+	// HazardUnsafeName is a name with control characters or invalid UTF-8:
+	// printed, it can drive the operator's terminal.
+	HazardUnsafeName = "unsafe-path-name"
+)
+
+// Hazard is one thing found in a worktree by ScanWorktree.
+type Hazard struct {
+	Code string
+	// Path is slash-separated and relative to the worktree, escaped (see
+	// EscapePath) when it is not a safe name.
+	Path string
+	// Detail says what was found and what was done about it.
+	Detail string
+}
+
+func (h Hazard) String() string {
+	if h.Detail == "" {
+		return h.Code + " " + h.Path
+	}
+	return h.Code + " " + h.Path + ": " + h.Detail
+}
+
+// ScanOptions says what ScanWorktree does with what it finds.
+type ScanOptions struct {
+	// Remove deletes every nested .git (file, folder or link) and every
+	// special file it finds, so that host git can run on the worktree
+	// afterwards: neither can ever be part of a patch. Names are only
+	// reported.
+	Remove bool
+}
+
+// ScanWorktree walks the worktree dir before any host git touches it and
+// returns its hazards, in path order: nested repositories (a .git entry at
+// any depth below the top), special files (named pipes, sockets, devices)
+// and unsafe names (control characters or invalid UTF-8). The top-level
+// .git (the worktree's own link, masked in the sandbox) is the conductor's
+// and is skipped.
+//
+// The walk only lists folders and lstats entries: it never opens a file,
+// never follows a symbolic link (a folder is opened with O_NOFOLLOW and
+// O_DIRECTORY, so a pipe or a link put in its place fails instead of
+// blocking or leading elsewhere), and never enters a nested .git.
+//
+// An error means the worktree could not be scanned (or a hazard could not
+// be removed): the caller must not run git on it.
+func ScanWorktree(dir string, opts ScanOptions) ([]Hazard, error) {
+	s := scanner{top: dir, opts: opts}
+	if err := s.walk(""); err != nil {
+		return s.found, fmt.Errorf("scan worktree %s: %w", dir, err)
+	}
+	return s.found, nil
+}
+
+type scanner struct {
+	top   string
+	opts  ScanOptions
+	found []Hazard
+}
+
+// maxScanDepth bounds the folder depth the scan follows; a deeper tree is
+// an error (git could not use it either).
+const maxScanDepth = 512
+
+func (s *scanner) walk(rel string) error {
+	if strings.Count(rel, "/") >= maxScanDepth {
+		return fmt.Errorf("%s: folders nested too deep", EscapePath(rel))
+	}
+	names, err := s.list(rel)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		p := path.Join(rel, name)
+		full := filepath.Join(s.top, filepath.FromSlash(p))
+		if !SafeName(name) {
+			s.add(HazardUnsafeName, p, "a name with control characters or invalid UTF-8")
+		}
+		fi, err := os.Lstat(full)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		mode := fi.Mode()
+		if name == ".git" && rel != "" {
+			detail := "a nested repository's " + kindOf(mode)
+			if s.opts.Remove {
+				if err := os.RemoveAll(full); err != nil {
+					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
+				}
+				detail += " (removed)"
+			}
+			s.add(HazardNestedRepo, p, detail)
+			continue
+		}
+		switch {
+		case rel == "" && name == ".git":
+		case mode.IsDir():
+			if err := s.walk(p); err != nil {
+				return err
+			}
+		case mode.IsRegular(), mode&fs.ModeSymlink != 0:
+		default:
+			detail := "a " + kindOf(mode)
+			if s.opts.Remove {
+				if err := os.Remove(full); err != nil {
+					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
+				}
+				detail += " (removed)"
+			}
+			s.add(HazardSpecialFile, p, detail)
+		}
+	}
+	return nil
+}
+
+// list returns the names in folder rel, opened without following a link
+// and without blocking (a pipe swapped in fails O_DIRECTORY).
+func (s *scanner) list(rel string) ([]string, error) {
+	full := filepath.Join(s.top, filepath.FromSlash(rel))
+	fd, err := syscall.Open(full, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: full, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), full)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (s *scanner) add(code, p, detail string) {
+	s.found = append(s.found, Hazard{Code: code, Path: EscapePath(p), Detail: detail})
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "folder"
+	case m.IsRegular():
+		return "file"
+	case m&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeCharDevice != 0:
+		return "character device"
+	case m&fs.ModeDevice != 0:
+		return "block device"
+	}
+	return "special file (" + m.Type().String() + ")"
+}
+
+// SafeName reports whether s is valid UTF-8 without control characters
+// (C0, DEL, C1): a name that can be printed to a terminal as it is.
+func SafeName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// EscapePath returns p unchanged when it is a safe name, else with every
+// control character and invalid byte written as \xNN (and backslashes
+// doubled), so that it can be printed and recorded without reaching a
+// terminal as raw bytes.
+func EscapePath(p string) string {
+	if SafeName(p) {
+		return p
+	}
+	var b strings.Builder
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRuneInString(p[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, p[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unicode.IsControl(r) && r < 0x100:
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.WriteRune(r)
+		}
+		i += size
+	}
+	return b.String()
+}
+
+// IndexGitlinks returns the paths of the gitlink (submodule) entries of the
+// index file at path, in index order. It reads the file only (versions 2 to
+// 4); an index it cannot parse is an error.
+func IndexGitlinks(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var links []string
+	err = indexEntries(b, func(mode uint32, name string) {
+		if mode&0o170000 == 0o160000 {
+			links = append(links, name)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index %s: %w", path, err)
+	}
+	return links, nil
+}
+
+// indexEntries calls fn with the mode and path of each entry of an index
+// file (gitformat-index, versions 2 to 4).
+func indexEntries(b []byte, fn func(mode uint32, name string)) error {
+	if len(b) < 12+20 || string(b[:4]) != "DIRC" {
+		return errors.New("not an index file")
+	}
+	be := func(off int) uint32 {
+		return uint32(b[off])<<24 | uint32(b[off+1])<<16 | uint32(b[off+2])<<8 | uint32(b[off+3])
+	}
+	version := be(4)
+	if version < 2 || version > 4 {
+		return fmt.Errorf("index version %d not supported", version)
+	}
+	count := be(8)
+	end := len(b) - 20
+	off := 12
+	prev := ""
+	for i := uint32(0); i < count; i++ {
+		const fixed = 62
+		if off+fixed > end {
+			return errors.New("truncated entry")
+		}
+		mode := be(off + 24)
+		flags := uint16(b[off+60])<<8 | uint16(b[off+61])
+		start := off + fixed
+		if flags&0x4000 != 0 {
+			if version < 3 {
+				return errors.New("extended flags in a version 2 index")
+			}
+			start += 2
+		}
+		if start > end {
+			return errors.New("truncated entry")
+		}
+		if version == 4 {
+			// Bytes to strip from the previous name (git's offset
+			// varint), then the rest of the name up to a NUL.
+			c := b[start]
+			start++
+			strip := int(c & 127)
+			for c&128 != 0 {
+				if start >= end || strip > len(b) {
+					return errors.New("bad name prefix")
+				}
+				c = b[start]
+				start++
+				strip = (strip+1)<<7 | int(c&127)
+			}
+			if strip > len(prev) {
+				return errors.New("bad name prefix")
+			}
+			nul := bytesIndex0(b[start:end])
+			if nul < 0 {
+				return errors.New("unterminated name")
+			}
+			prev = prev[:len(prev)-strip] + string(b[start:start+nul])
+			fn(mode, prev)
+			off = start + nul + 1
+			continue
+		}
+		nul := bytesIndex0(b[start:end])
+		if nul < 0 {
+			return errors.New("unterminated name")
+		}
+		fn(mode, string(b[start:start+nul]))
+		off += (start - off + nul + 8) &^ 7
+	}
+	return nil
+}
+
+func bytesIndex0(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return -1
+}
