@@ -62,6 +62,9 @@ type Extracted struct {
 	BaseTree string `json:"baseTree"`
 	// Bytes is the size of the diff.
 	Bytes int64 `json:"bytes"`
+	// Hazards are what ScanWorktree found (and removed) in the worktree
+	// before git ran on it.
+	Hazards []Hazard `json:"hazards,omitempty"`
 }
 
 // Extract writes ONE canonical diff of everything in the worktree against
@@ -76,11 +79,20 @@ type Extracted struct {
 // fsmonitor, filter, textconv or external diff can run, and no attribute or
 // configuration can change the bytes.
 // The git dir and config found in the worktree are never looked at.
-// Embedded repositories (gitlinks) are refused.
+//
+// Before git runs, the worktree is scanned (ScanWorktree): every nested
+// .git and special file is removed (neither can be part of a diff) and
+// every hazard is returned in Extracted.Hazards. The base's gitlinks
+// (submodules) are kept as the base has them: whatever a worker put in or
+// instead of a gitlink's folder is not collected, so git never reads a
+// worker's repository there. A gitlink change cannot be extracted.
 func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	var ex Extracted
 	wt, err := checkWorktree(opts.Repo, opts.WorkTree)
 	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if ex.Hazards, err = ScanWorktree(wt, ScanOptions{Remove: true}); err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
 	// The base is resolved while the worktree is collected.
@@ -109,7 +121,18 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 			return ex, fmt.Errorf("extract: read base tree: %w", err)
 		}
 	}
-	if _, err := n.Run(ctx, "add", "--all"); err != nil {
+	add := []string{"add", "--all"}
+	links, err := IndexGitlinks(n.indexFile())
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if len(links) > 0 {
+		add = append(add, "--", ".")
+		for _, l := range links {
+			add = append(add, ":(exclude,literal)"+l)
+		}
+	}
+	if _, err := n.Run(ctx, add...); err != nil {
 		return ex, fmt.Errorf("extract: collect worktree %s: %w", wt, err)
 	}
 	if ex.BaseTree, err = baseTree(); err != nil {

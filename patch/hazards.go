@@ -30,12 +30,12 @@ const (
 
 // Hazard is one thing found in a worktree by ScanWorktree.
 type Hazard struct {
-	Code string
+	Code string `json:"code"`
 	// Path is slash-separated and relative to the worktree, escaped (see
 	// EscapePath) when it is not a safe name.
-	Path string
+	Path string `json:"path"`
 	// Detail says what was found and what was done about it.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 }
 
 func (h Hazard) String() string {
@@ -308,6 +308,19 @@ func indexEntries(b []byte, fn func(mode uint32, name string)) error {
 		}
 		fn(mode, string(b[start:start+nul]))
 		off += (start - off + nul + 8) &^ 7
+	}
+	// A split index keeps entries in another file, a sparse one folds
+	// folders: neither lists every entry here.
+	for off+8 <= end {
+		sig := string(b[off : off+4])
+		if sig == "link" || sig == "sdir" {
+			return fmt.Errorf("a split or sparse index (%s extension)", sig)
+		}
+		size := int(be(off + 4))
+		if size < 0 || size > end-off-8 {
+			return errors.New("truncated extension")
+		}
+		off += 8 + size
 	}
 	return nil
 }

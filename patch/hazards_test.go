@@ -223,3 +223,72 @@ func processesWith(s string) []string {
 	}
 	return out
 }
+
+// TestExtractSubmoduleFromBase: a worker that turns an uninitialised
+// submodule's folder into a repository whose filter runs a program, and
+// plants a nested repository with a named pipe for HEAD elsewhere, gets
+// neither into the diff; no program runs, git does not block, the
+// hazards are reported and the gitlink stays the base's.
+func TestExtractSubmoduleFromBase(t *testing.T) {
+	requireGit(t)
+	repo, _ := committedRepo(t)
+	testGit(t, repo, nil, "update-index", "--add", "--cacheinfo", "160000,1111111111111111111111111111111111111111,vendor/lib")
+	testGit(t, repo, nil, "commit", "-q", "-m", "submodule")
+	base := strings.TrimSpace(string(testGit(t, repo, nil, "rev-parse", "HEAD")))
+	wt := filepath.Join(t.TempDir(), "wt")
+	testGit(t, repo, nil, "worktree", "add", "-q", "--detach", wt, base)
+	trap := t.TempDir()
+	marker := filepath.Join(trap, "ran")
+	sub := filepath.Join(wt, "vendor", "lib")
+	testGit(t, sub, nil, "init", "-q")
+	if err := os.WriteFile(filepath.Join(sub, "f.txt"), []byte("secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testGit(t, sub, nil, "add", "f.txt")
+	testGit(t, sub, nil, "config", "filter.evil.clean", "touch "+marker+"; cat")
+	testGit(t, sub, nil, "config", "core.fsmonitor", "touch "+marker)
+	if err := os.WriteFile(filepath.Join(sub, ".gitattributes"), []byte("* filter=evil\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	os.Chtimes(filepath.Join(sub, "f.txt"), old, old)
+	for _, d := range []string{"pkg/nest/.git/objects", "pkg/nest/.git/refs"} {
+		if err := os.MkdirAll(filepath.Join(wt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(wt, "pkg", "nest", ".git", "HEAD"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(wt, "pkg", "nest", "n.go"), []byte("package nest\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the submodule's filter ran")
+	}
+	if got, want := hazardStrings(ex.Hazards), []string{"nested-repository pkg/nest/.git", "nested-repository vendor/lib/.git"}; !slices.Equal(got, want) {
+		t.Fatalf("hazards %q, want %q", got, want)
+	}
+	if !slices.Equal(ex.Files, []string{"pkg/nest/n.go"}) || strings.Contains(out.String(), "secret") {
+		t.Fatalf("files %q\n%s", ex.Files, out.String())
+	}
+	// The tree keeps the base's gitlink.
+	ls := string(testGit(t, repo, nil, "ls-tree", ex.Tree, "vendor/lib"))
+	if !strings.HasPrefix(ls, "160000 commit 1111111111111111111111111111111111111111") {
+		t.Fatalf("gitlink in the extracted tree: %q", ls)
+	}
+	// The same with the worker's folder replaced by a file.
+	os.RemoveAll(sub)
+	if err := os.WriteFile(sub, []byte("not a folder\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ex, err = Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base})
+	if err != nil || !slices.Equal(ex.Files, []string{"pkg/nest/n.go"}) {
+		t.Fatalf("gitlink replaced by a file: %q %v", ex.Files, err)
+	}
+}
