@@ -153,6 +153,7 @@ type runner struct {
 	errFile  *os.File
 	ev       *emitter
 	touched  touchedSet
+	hazards  []runrec.Hazard // what the worktree scans found, for the result
 	scratch  string
 	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
 	result   runrec.Result
@@ -624,12 +625,18 @@ func (r *runner) fail(ctx context.Context, err error) (runrec.Result, error) {
 	return r.finish(ctx, runrec.StatusFailed, err.Error())
 }
 
+// FinishTimeout bounds what a run does after its loop ended (extraction,
+// the record, the worktree's release), even when the run was cancelled or
+// hit its own deadline: host git after the deadline has this fresh, short
+// deadline of its own, never none.
+const FinishTimeout = 2 * time.Minute
+
 // finish extracts the patch, writes the record, checkpoints and releases or
 // keeps the worktree. Work is never lost: the worktree is torn down only
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
 	ctx = context.WithoutCancel(ctx)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
 	defer cancel()
 	st := r.state
 	res := r.baseResult()
@@ -639,6 +646,8 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	safe := true
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
+		r.addHazards(toHazards(ex.Hazards))
+		res.Hazards = r.hazards
 		if err != nil {
 			safe = false
 			r.warnf("%v", err)
@@ -871,7 +880,11 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			r.touched.update(r.root, res.Touched...)
 		}
 		if name == ToolRunCommand {
-			if files, err := changedFiles(ctx, r.lease.Git); err == nil {
+			// The command may have left anything: the worktree is scanned
+			// before host git looks at it again.
+			if err := r.clearHazards(); err != nil {
+				r.warnf("%v", err)
+			} else if files, err := changedFiles(ctx, r.lease.Git); err == nil {
 				r.touched.update(r.root, files...)
 			}
 		}
