@@ -47,6 +47,11 @@ type ExtractOptions struct {
 	Base string
 	// Out receives the canonical diff; nil discards it.
 	Out io.Writer
+	// RemoveHazards removes every nested .git and special file the scan
+	// finds (a worker's worktree: neither can be part of a diff). Without
+	// it a worktree holding one is refused and left as it is (it may be
+	// the operator's own, with initialised submodules).
+	RemoveHazards bool
 }
 
 // Extracted describes an extracted diff.
@@ -80,9 +85,10 @@ type Extracted struct {
 // configuration can change the bytes.
 // The git dir and config found in the worktree are never looked at.
 //
-// Before git runs, the worktree is scanned (ScanWorktree): every nested
-// .git and special file is removed (neither can be part of a diff) and
-// every hazard is returned in Extracted.Hazards. The base's gitlinks
+// Before git runs, the worktree is scanned (ScanWorktree): with
+// RemoveHazards every nested .git and special file is removed (neither can
+// be part of a diff), without it a worktree holding one is refused; every
+// hazard is returned in Extracted.Hazards. The base's gitlinks
 // (submodules) are kept as the base has them: whatever a worker put in or
 // instead of a gitlink's folder is not collected, so git never reads a
 // worker's repository there. A gitlink change cannot be extracted.
@@ -92,8 +98,15 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
-	if ex.Hazards, err = ScanWorktree(wt, ScanOptions{Remove: true}); err != nil {
+	if ex.Hazards, err = ScanWorktree(wt, ScanOptions{Remove: opts.RemoveHazards}); err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if !opts.RemoveHazards {
+		for _, h := range ex.Hazards {
+			if h.Code != HazardUnsafeName {
+				return ex, fmt.Errorf("extract: worktree %s holds what git must not see (remove it first): %s", wt, h)
+			}
+		}
 	}
 	// The base is resolved while the worktree is collected.
 	type resolved struct {

@@ -225,7 +225,15 @@ func TestExtractBadInput(t *testing.T) {
 		testGit(t, sub, nil, "add", "x")
 		testGit(t, sub, nil, "commit", "-q", "-m", "x")
 		defer os.RemoveAll(sub)
-		ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base})
+		// Without RemoveHazards it is refused, and left alone.
+		_, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base})
+		if err == nil || !strings.Contains(err.Error(), "nested-repository sub/.git") {
+			t.Errorf("error %v, want the nested repository named", err)
+		}
+		if _, err := os.Lstat(filepath.Join(sub, ".git")); err != nil {
+			t.Fatalf("a refused extraction changed the worktree: %v", err)
+		}
+		ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, RemoveHazards: true})
 		if err != nil {
 			t.Fatal(err)
 		}

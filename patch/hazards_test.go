@@ -264,7 +264,7 @@ func TestExtractSubmoduleFromBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &out})
+	ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, Out: &out, RemoveHazards: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestExtractSubmoduleFromBase(t *testing.T) {
 	if err := os.WriteFile(sub, []byte("not a folder\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ex, err = Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base})
+	ex, err = Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: privateGitDir(t, repo)}, WorkTree: wt, Base: base, RemoveHazards: true})
 	if err != nil || !slices.Equal(ex.Files, []string{"pkg/nest/n.go"}) {
 		t.Fatalf("gitlink replaced by a file: %q %v", ex.Files, err)
 	}

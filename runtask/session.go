@@ -550,7 +550,9 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 		if err == nil {
 			r.lease = l
 			st.Worktree = l.Dir()
-			return nil
+			// A kept worktree may hold what an earlier run's commands
+			// left: scanned before any host git (the tools' included).
+			return r.clearHazards()
 		}
 		if errors.Is(err, ErrSessionBusy) {
 			return err

@@ -73,7 +73,7 @@ func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out strin
 		return patch.Extracted{}, fmt.Errorf("extract: %w", err)
 	}
 	defer os.Remove(f.Name()) // no-op after the rename
-	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f})
+	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f, RemoveHazards: true})
 	if err == nil {
 		err = f.Sync()
 	}
