@@ -32,8 +32,13 @@ func TestEscapeHostGit(t *testing.T) {
 	// repository whose clean filter runs a program: git status, add or a
 	// checkout on the host that recursed into it would run the filter as
 	// the conductor's uid, outside every namespace.
+	//
+	// The sandbox shows the submodule folder read-only; renaming its
+	// parent away makes a writable one in its place (the mask is defence
+	// in depth: the scan after the command is what stops the attack).
 	filterTrap := func(dir, marker string) string {
 		return "test:\n" +
+			"\tmv vendor vendor.away && mkdir -p " + dir + "\n" +
 			"\tcd " + dir + " && git init -q && echo secret > f.txt && git add f.txt" +
 			" && git config filter.evil.clean 'touch " + marker + "; cat'" +
 			" && git config filter.evil.required true" +

@@ -419,8 +419,11 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if len(dropped) > 0 {
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
 	}
+	// The base tree's submodule folders are read-only to commands
+	// (defence in depth: the scan after each command is the boundary).
+	gitlinks, _ := patch.IndexGitlinks(filepath.Join(r.lease.Meta.GitDir, "index"))
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}

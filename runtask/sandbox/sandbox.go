@@ -36,6 +36,15 @@ type Spec struct {
 	// GOPATH, GOMODCACHE and XDG_CACHE_HOME that point outside Dir get a
 	// fresh, empty tmpfs for each command.
 	Scratch string
+
+	// ReadOnlyDirs are folders inside Dir (slash-separated, relative) the
+	// command sees read-only: the base tree's submodule (gitlink) folders,
+	// so that a command cannot make a repository there for host git to
+	// enter. One that is not a plain folder below Dir (absent, a link, a
+	// file) is skipped. Defence in depth only: a command can still rename
+	// a parent folder away; the conductor's worktree scan after every
+	// command is the boundary.
+	ReadOnlyDirs []string
 }
 
 // Result is what a command did.
