@@ -90,24 +90,20 @@ func (s *scanner) walk(rel string) error {
 	if strings.Count(rel, "/") >= maxScanDepth {
 		return fmt.Errorf("%s: folders nested too deep", EscapePath(rel))
 	}
-	names, err := s.list(rel)
+	ents, err := s.list(rel)
 	if err != nil {
 		return err
 	}
-	for _, name := range names {
+	for _, e := range ents {
+		name := e.Name()
 		p := path.Join(rel, name)
 		full := filepath.Join(s.top, filepath.FromSlash(p))
 		if !SafeName(name) {
 			s.add(HazardUnsafeName, p, "a name with control characters or invalid UTF-8")
 		}
-		fi, err := os.Lstat(full)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		mode := fi.Mode()
+		// The type comes from the folder listing (lstat's, where the
+		// file system does not say).
+		mode := e.Type()
 		if name == ".git" && rel != "" {
 			detail := "a nested repository's " + kindOf(mode)
 			if s.opts.Remove {
@@ -129,7 +125,7 @@ func (s *scanner) walk(rel string) error {
 		default:
 			detail := "a " + kindOf(mode)
 			if s.opts.Remove {
-				if err := os.Remove(full); err != nil {
+				if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
 				}
 				detail += " (removed)"
@@ -140,9 +136,10 @@ func (s *scanner) walk(rel string) error {
 	return nil
 }
 
-// list returns the names in folder rel, opened without following a link
-// and without blocking (a pipe swapped in fails O_DIRECTORY).
-func (s *scanner) list(rel string) ([]string, error) {
+// list returns the entries of folder rel, sorted by name, opened without
+// following a link and without blocking (a pipe swapped in fails
+// O_DIRECTORY).
+func (s *scanner) list(rel string) ([]fs.DirEntry, error) {
 	full := filepath.Join(s.top, filepath.FromSlash(rel))
 	fd, err := syscall.Open(full, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
@@ -150,12 +147,12 @@ func (s *scanner) list(rel string) ([]string, error) {
 	}
 	f := os.NewFile(uintptr(fd), full)
 	defer f.Close()
-	names, err := f.Readdirnames(-1)
+	ents, err := f.ReadDir(-1)
 	if err != nil {
 		return nil, err
 	}
-	slices.Sort(names)
-	return names, nil
+	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	return ents, nil
 }
 
 func (s *scanner) add(code, p, detail string) {

@@ -103,11 +103,12 @@ func toHazards(hs []patch.Hazard) []runrec.Hazard {
 }
 
 // addHazards records hazards once each (by code and path), in the order
-// first found.
+// first found, and warns about each new one.
 func (r *runner) addHazards(hs []runrec.Hazard) {
 	for _, h := range hs {
 		if !slices.ContainsFunc(r.hazards, func(o runrec.Hazard) bool { return o.Code == h.Code && o.Path == h.Path }) {
 			r.hazards = append(r.hazards, h)
+			r.warnf("worktree hazard: %s %s: %s", h.Code, h.Path, h.Detail)
 		}
 	}
 }
@@ -120,9 +121,6 @@ func (r *runner) addHazards(hs []runrec.Hazard) {
 func (r *runner) clearHazards() error {
 	hs, err := patch.ScanWorktree(r.lease.Dir(), patch.ScanOptions{Remove: true})
 	r.addHazards(toHazards(hs))
-	for _, h := range hs {
-		r.warnf("worktree hazard: %s", h)
-	}
 	return err
 }
 
