@@ -102,6 +102,20 @@ func TestEscapeHostGit(t *testing.T) {
 					}
 					return nil
 				})},
+		{name: "bad input: a socket, a pipe, a .git file, control characters and invalid UTF-8 in names", calls: []call{
+			writeFileCall("Makefile", "test:\n"+
+				"\tmkdir -p pkg/sub && echo 'gitdir: /nonexistent' > pkg/sub/.git && mkfifo pkg/fifo\n"+
+				"\t"+tool+" socket pkg/sock\n"+
+				"\ttouch \"pkg/$$(printf 'bad\\033]52;c;aGk=\\007name')\" \"pkg/$$(printf 'inv\\377alid')\"\n"),
+			run("make", "test"),
+			run(tool, "id"),
+		}, timeoutSeconds: 60,
+			also: both(mustSayFn("uid="),
+				hazard(runrec.HazardNestedRepo, "pkg/sub/.git"),
+				hazard(runrec.HazardSpecialFile, "pkg/fifo"),
+				hazard(runrec.HazardSpecialFile, "pkg/sock"),
+				hazard(runrec.HazardUnsafeName, `pkg/bad\x1b]52;c;aGk=\x07name`),
+				hazard(runrec.HazardUnsafeName, `pkg/inv\xffalid`))},
 	}
 	e.runAttempts(t, "escape suite (host git)", attempts)
 }
