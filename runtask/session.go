@@ -887,9 +887,12 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		if name == ToolRunCommand {
 			// The command may have left anything: the worktree is scanned
 			// before host git looks at it again.
+			// A worktree that cannot be made safe ends the run: no host
+			// git (the grep tool's included) may run on it.
 			if err := r.clearHazards(); err != nil {
-				r.warnf("%v", err)
-			} else if files, err := changedFiles(ctx, r.lease.Git); err == nil {
+				return err
+			}
+			if files, err := changedFiles(ctx, r.lease.Git); err == nil {
 				r.touched.update(r.root, files...)
 			}
 		}
