@@ -886,9 +886,9 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		}
 		if name == ToolRunCommand {
 			// The command may have left anything: the worktree is scanned
-			// before host git looks at it again.
-			// A worktree that cannot be made safe ends the run: no host
-			// git (the grep tool's included) may run on it.
+			// before host git looks at it again. One that cannot be made
+			// safe ends the run: no host git (the grep tool's included)
+			// may run on it.
 			if err := r.clearHazards(); err != nil {
 				return err
 			}
