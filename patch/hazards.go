@@ -1,11 +1,12 @@
 package patch
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -80,6 +81,7 @@ type scanner struct {
 	top   string
 	opts  ScanOptions
 	found []Hazard
+	buf   []byte // getdents buffer
 }
 
 // maxScanDepth bounds the folder depth the scan follows; a deeper tree is
@@ -95,15 +97,22 @@ func (s *scanner) walk(rel string) error {
 		return err
 	}
 	for _, e := range ents {
-		name := e.Name()
-		p := path.Join(rel, name)
+		name, mode := e.name, e.mode
+		// Paths are made only for what needs one (a folder to enter, a
+		// hazard): most entries are plain files.
+		plain := mode.IsRegular() || mode&fs.ModeSymlink != 0
+		safe := SafeName(name)
+		if plain && safe && name != ".git" {
+			continue
+		}
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
 		full := filepath.Join(s.top, filepath.FromSlash(p))
-		if !SafeName(name) {
+		if !safe {
 			s.add(HazardUnsafeName, p, "a name with control characters or invalid UTF-8")
 		}
-		// The type comes from the folder listing (lstat's, where the
-		// file system does not say).
-		mode := e.Type()
 		if name == ".git" && rel != "" {
 			detail := "a nested repository's " + kindOf(mode)
 			if s.opts.Remove {
@@ -121,7 +130,7 @@ func (s *scanner) walk(rel string) error {
 			if err := s.walk(p); err != nil {
 				return err
 			}
-		case mode.IsRegular(), mode&fs.ModeSymlink != 0:
+		case plain:
 		default:
 			detail := "a " + kindOf(mode)
 			if s.opts.Remove {
@@ -136,22 +145,94 @@ func (s *scanner) walk(rel string) error {
 	return nil
 }
 
-// list returns the entries of folder rel, sorted by name, opened without
-// following a link and without blocking (a pipe swapped in fails
-// O_DIRECTORY).
-func (s *scanner) list(rel string) ([]fs.DirEntry, error) {
+// entry is one name in a folder and its type (fs.FileMode type bits).
+type entry struct {
+	name string
+	mode fs.FileMode
+}
+
+func (e entry) Name() string      { return e.name }
+func (e entry) Type() fs.FileMode { return e.mode }
+
+// list returns the entries of folder rel, sorted by name. The folder is
+// opened without following a link and without blocking (a pipe swapped in
+// fails O_DIRECTORY) and read with getdents(2): the types come from the
+// listing (lstat only where the file system does not say).
+func (s *scanner) list(rel string) ([]entry, error) {
 	full := filepath.Join(s.top, filepath.FromSlash(rel))
 	fd, err := syscall.Open(full, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: full, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), full)
-	defer f.Close()
-	ents, err := f.ReadDir(-1)
-	if err != nil {
-		return nil, err
+	defer syscall.Close(fd)
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10)
 	}
-	slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
+	var ents []entry
+	for {
+		n, err := syscall.ReadDirent(fd, s.buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &fs.PathError{Op: "readdirent", Path: full, Err: err}
+		}
+		if n <= 0 {
+			break
+		}
+		for b := s.buf[:n]; len(b) > 0; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16,
+			// type u8, then the NUL-terminated name.
+			const nameOff = 19
+			if len(b) < nameOff {
+				return nil, fmt.Errorf("%s: short directory entry", full)
+			}
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < nameOff || reclen > len(b) {
+				return nil, fmt.Errorf("%s: bad directory entry", full)
+			}
+			rec := b[nameOff:reclen]
+			typ := b[18]
+			b = b[reclen:]
+			name := rec
+			if i := bytes.IndexByte(rec, 0); i >= 0 {
+				name = rec[:i]
+			}
+			if len(name) == 0 || string(name) == "." || string(name) == ".." {
+				continue
+			}
+			e := entry{name: string(name)}
+			switch typ {
+			case syscall.DT_REG:
+			case syscall.DT_DIR:
+				e.mode = fs.ModeDir
+			case syscall.DT_LNK:
+				e.mode = fs.ModeSymlink
+			case syscall.DT_FIFO:
+				e.mode = fs.ModeNamedPipe
+			case syscall.DT_SOCK:
+				e.mode = fs.ModeSocket
+			case syscall.DT_CHR:
+				e.mode = fs.ModeDevice | fs.ModeCharDevice
+			case syscall.DT_BLK:
+				e.mode = fs.ModeDevice
+			default: // DT_UNKNOWN: the file system does not say
+				fi, err := os.Lstat(filepath.Join(full, e.name))
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
+				e.mode = fi.Mode().Type()
+				if e.mode == 0 && !fi.Mode().IsRegular() {
+					e.mode = fs.ModeIrregular
+				}
+			}
+			ents = append(ents, e)
+		}
+	}
+	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 	return ents, nil
 }
 
@@ -182,6 +263,16 @@ func kindOf(m fs.FileMode) string {
 // SafeName reports whether s is valid UTF-8 without control characters
 // (C0, DEL, C1): a name that can be printed to a terminal as it is.
 func SafeName(s string) bool {
+	ascii := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			ascii = false
+			break
+		}
+	}
+	if ascii {
+		return true
+	}
 	if !utf8.ValidString(s) {
 		return false
 	}
