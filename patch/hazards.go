@@ -361,7 +361,7 @@ func indexEntries(b []byte, fn func(mode uint32, name string)) error {
 			}
 			start += 2
 		}
-		if start > end {
+		if start >= end { // a name takes at least its NUL
 			return errors.New("truncated entry")
 		}
 		if version == 4 {
