@@ -182,3 +182,20 @@ func FuzzIndexEntries(f *testing.F) {
 		}
 	})
 }
+
+// FuzzEscapePath: an escaped path is always safe to print, and a safe one
+// is left as it is.
+func FuzzEscapePath(f *testing.F) {
+	for _, s := range []string{"plain/path.go", "a\x1b]52;c;aGk=\x07b", "\xff\xfe", "c1\u0085", "back\\slash\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e := EscapePath(s)
+		if !SafeName(e) {
+			t.Fatalf("EscapePath(%q) = %q is not safe", s, e)
+		}
+		if SafeName(s) != (e == s) {
+			t.Fatalf("EscapePath(%q) = %q, SafeName %v", s, e, SafeName(s))
+		}
+	})
+}
