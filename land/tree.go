@@ -292,7 +292,7 @@ func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
 // check refuses when the worktree could not follow the target from tip to
 // tree: local changes to tracked files, or files in the way.
 func (w *targetWT) check(ctx context.Context, tip, tree string) error {
-	st, err := w.g.Run(ctx, "status", "--porcelain", "-z", "--untracked-files=no")
+	st, err := w.g.Run(ctx, "status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules=all")
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", w.path, err)
 	}

@@ -387,3 +387,31 @@ func TestPoolDiscardsPlantedTraps(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedFilesNeverEntersSubmodules: even with a populated submodule
+// whose repository has a hostile filter and a .gitmodules asking for
+// "ignore = none" (which overrides the guards' diff.ignoreSubmodules=all
+// for git status), changedFiles' git status does not enter it: the second
+// layer under the worktree scan.
+func TestChangedFilesNeverEntersSubmodules(t *testing.T) {
+	ctx := context.Background()
+	p, base := submodulePool(t)
+	l, err := p.Acquire(ctx, base, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.discard(ctx)
+	marker := filepath.Join(t.TempDir(), "ran")
+	write(t, filepath.Join(l.Dir(), ".gitmodules"), "[submodule \"lib\"]\n\tpath = vendor/lib\n\turl = x\n\tignore = none\n")
+	plantFilterTrap(t, filepath.Join(l.Dir(), "vendor", "lib"), marker)
+	files, err := changedFiles(ctx, l.Git)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("git status entered the submodule and ran its filter")
+	}
+	if len(files) != 1 || files[0] != ".gitmodules" {
+		t.Fatalf("changed files %q", files)
+	}
+}
