@@ -102,10 +102,14 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		return ex, fmt.Errorf("extract: %w", err)
 	}
 	if !opts.RemoveHazards {
+		var bad []string
 		for _, h := range ex.Hazards {
 			if h.Code != HazardUnsafeName {
-				return ex, fmt.Errorf("extract: worktree %s holds what git must not see (remove it first): %s", wt, h)
+				bad = append(bad, h.String())
 			}
+		}
+		if len(bad) > 0 {
+			return ex, fmt.Errorf("extract: worktree %s holds what git must not see (remove it first): %s", wt, strings.Join(bad, "; "))
 		}
 	}
 	// The base is resolved while the worktree is collected.
