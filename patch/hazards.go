@@ -116,7 +116,7 @@ func (s *scanner) walk(rel string) error {
 		if name == ".git" && rel != "" {
 			detail := "a nested repository's " + kindOf(mode)
 			if s.opts.Remove {
-				if err := os.RemoveAll(full); err != nil {
+				if err := removeTree(full); err != nil {
 					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
 				}
 				detail += " (removed)"
@@ -143,6 +143,27 @@ func (s *scanner) walk(rel string) error {
 		}
 	}
 	return nil
+}
+
+// removeTree removes p (a file, link or folder tree, never followed
+// through a link). Folders a command made unreadable or unwritable to
+// their owner (the conductor when it is not root), p's parent included,
+// are opened up first.
+func removeTree(p string) error {
+	err := os.RemoveAll(p)
+	if err == nil {
+		return nil
+	}
+	if fi, err := os.Lstat(filepath.Dir(p)); err == nil && fi.IsDir() {
+		os.Chmod(filepath.Dir(p), fi.Mode().Perm()|0o700)
+	}
+	filepath.WalkDir(p, func(q string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(q, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(p)
 }
 
 // entry is one name in a folder and its type (fs.FileMode type bits).
