@@ -134,7 +134,7 @@ func (s *scanner) walk(rel string) error {
 		default:
 			detail := "a " + kindOf(mode)
 			if s.opts.Remove {
-				if err := os.Remove(full); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if err := removeTree(full); err != nil {
 					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
 				}
 				detail += " (removed)"
