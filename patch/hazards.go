@@ -117,7 +117,7 @@ func (s *scanner) walk(rel string) error {
 			detail := "a nested repository's " + kindOf(mode)
 			if s.opts.Remove {
 				if err := removeTree(full); err != nil {
-					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
+					return fmt.Errorf("remove %s: %w", EscapePath(p), bareErr(err))
 				}
 				detail += " (removed)"
 			}
@@ -135,7 +135,7 @@ func (s *scanner) walk(rel string) error {
 			detail := "a " + kindOf(mode)
 			if s.opts.Remove {
 				if err := removeTree(full); err != nil {
-					return fmt.Errorf("remove %s: %w", EscapePath(p), err)
+					return fmt.Errorf("remove %s: %w", EscapePath(p), bareErr(err))
 				}
 				detail += " (removed)"
 			}
@@ -143,6 +143,16 @@ func (s *scanner) walk(rel string) error {
 		}
 	}
 	return nil
+}
+
+// bareErr is err without the path a *fs.PathError names (a worker's raw
+// name must not reach a message unescaped).
+func bareErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // removeTree removes p (a file, link or folder tree, never followed
@@ -183,7 +193,7 @@ func (s *scanner) list(rel string) ([]entry, error) {
 	full := filepath.Join(s.top, filepath.FromSlash(rel))
 	fd, err := syscall.Open(full, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: full, Err: err}
+		return nil, &fs.PathError{Op: "open", Path: EscapePath(full), Err: err}
 	}
 	defer syscall.Close(fd)
 	if s.buf == nil {
@@ -196,7 +206,7 @@ func (s *scanner) list(rel string) ([]entry, error) {
 			continue
 		}
 		if err != nil {
-			return nil, &fs.PathError{Op: "readdirent", Path: full, Err: err}
+			return nil, &fs.PathError{Op: "readdirent", Path: EscapePath(full), Err: err}
 		}
 		if n <= 0 {
 			break
@@ -206,11 +216,11 @@ func (s *scanner) list(rel string) ([]entry, error) {
 			// type u8, then the NUL-terminated name.
 			const nameOff = 19
 			if len(b) < nameOff {
-				return nil, fmt.Errorf("%s: short directory entry", full)
+				return nil, fmt.Errorf("%s: short directory entry", EscapePath(full))
 			}
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
 			if reclen < nameOff || reclen > len(b) {
-				return nil, fmt.Errorf("%s: bad directory entry", full)
+				return nil, fmt.Errorf("%s: bad directory entry", EscapePath(full))
 			}
 			rec := b[nameOff:reclen]
 			typ := b[18]
@@ -243,7 +253,7 @@ func (s *scanner) list(rel string) ([]entry, error) {
 					continue
 				}
 				if err != nil {
-					return nil, err
+					return nil, fmt.Errorf("lstat %s: %w", EscapePath(filepath.Join(full, e.name)), bareErr(err))
 				}
 				e.mode = fi.Mode().Type()
 				if e.mode == 0 && !fi.Mode().IsRegular() {
