@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"unicode"
 	"unicode/utf8"
@@ -70,25 +71,65 @@ type ScanOptions struct {
 // An error means the worktree could not be scanned (or a hazard could not
 // be removed): the caller must not run git on it.
 func ScanWorktree(dir string, opts ScanOptions) ([]Hazard, error) {
-	s := scanner{top: dir, opts: opts}
-	if err := s.walk(""); err != nil {
-		return s.found, fmt.Errorf("scan worktree %s: %w", dir, err)
+	s := &scanner{top: dir, opts: opts, more: make(chan struct{}, scanWalkers-1)}
+	s.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	s.walk("")
+	s.wg.Wait()
+	// In path order whichever walker found them (stable: a path's own
+	// findings keep their order).
+	slices.SortStableFunc(s.found, func(a, b Hazard) int { return strings.Compare(a.Path, b.Path) })
+	if s.err != nil {
+		return s.found, fmt.Errorf("scan worktree %s: %w", dir, s.err)
 	}
 	return s.found, nil
 }
 
+// scanWalkers is how many folders the scan lists at once: most of its
+// time is the kernel's, which several cores share out.
+const scanWalkers = 4
+
 type scanner struct {
-	top   string
-	opts  ScanOptions
+	top  string
+	opts ScanOptions
+	more chan struct{} // a token per extra walker
+	wg   sync.WaitGroup
+	bufs sync.Pool // getdents buffers
+
+	mu    sync.Mutex
 	found []Hazard
-	buf   []byte // getdents buffer
+	err   error // the first
+}
+
+func (s *scanner) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+func (s *scanner) failed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil
+}
+
+// walk scans folder rel, handing subfolders to another walker when one is
+// free; errors go to s.fail.
+func (s *scanner) walk(rel string) {
+	if err := s.walkOne(rel); err != nil {
+		s.fail(err)
+	}
 }
 
 // maxScanDepth bounds the folder depth the scan follows; a deeper tree is
 // an error (git could not use it either).
 const maxScanDepth = 512
 
-func (s *scanner) walk(rel string) error {
+func (s *scanner) walkOne(rel string) error {
+	if s.failed() {
+		return nil
+	}
 	if strings.Count(rel, "/") >= maxScanDepth {
 		return fmt.Errorf("%s: folders nested too deep", EscapePath(rel))
 	}
@@ -127,8 +168,18 @@ func (s *scanner) walk(rel string) error {
 		switch {
 		case rel == "" && name == ".git":
 		case mode.IsDir():
-			if err := s.walk(p); err != nil {
-				return err
+			select {
+			case s.more <- struct{}{}:
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					s.walk(p)
+					<-s.more
+				}()
+			default:
+				if err := s.walkOne(p); err != nil {
+					return err
+				}
 			}
 		case plain:
 		default:
@@ -196,12 +247,12 @@ func (s *scanner) list(rel string) ([]entry, error) {
 		return nil, &fs.PathError{Op: "open", Path: EscapePath(full), Err: err}
 	}
 	defer syscall.Close(fd)
-	if s.buf == nil {
-		s.buf = make([]byte, 64<<10)
-	}
+	bp := s.bufs.Get().(*[]byte)
+	defer s.bufs.Put(bp)
+	buf := *bp
 	var ents []entry
 	for {
-		n, err := syscall.ReadDirent(fd, s.buf)
+		n, err := syscall.ReadDirent(fd, buf)
 		if err == syscall.EINTR {
 			continue
 		}
@@ -211,7 +262,7 @@ func (s *scanner) list(rel string) ([]entry, error) {
 		if n <= 0 {
 			break
 		}
-		for b := s.buf[:n]; len(b) > 0; {
+		for b := buf[:n]; len(b) > 0; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16,
 			// type u8, then the NUL-terminated name.
 			const nameOff = 19
@@ -268,7 +319,9 @@ func (s *scanner) list(rel string) ([]entry, error) {
 }
 
 func (s *scanner) add(code, p, detail string) {
+	s.mu.Lock()
 	s.found = append(s.found, Hazard{Code: code, Path: EscapePath(p), Detail: detail})
+	s.mu.Unlock()
 }
 
 func kindOf(m fs.FileMode) string {
