@@ -153,6 +153,7 @@ type runner struct {
 	errFile  *os.File
 	ev       *emitter
 	touched  touchedSet
+	hazards  []runrec.Hazard // what the worktree scans found, for the result
 	scratch  string
 	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
 	result   runrec.Result
@@ -438,8 +439,11 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if len(dropped) > 0 {
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
 	}
+	// The base tree's submodule folders are read-only to commands
+	// (defence in depth: the scan after each command is the boundary).
+	gitlinks, _ := patch.IndexGitlinks(filepath.Join(r.lease.Meta.GitDir, "index"))
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}
@@ -571,7 +575,9 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 		if err == nil {
 			r.lease = l
 			st.Worktree = l.Dir()
-			return nil
+			// A kept worktree may hold what an earlier run's commands
+			// left: scanned before any host git (the tools' included).
+			return r.clearHazards()
 		}
 		if errors.Is(err, ErrSessionBusy) {
 			return err
@@ -646,12 +652,18 @@ func (r *runner) fail(ctx context.Context, err error) (runrec.Result, error) {
 	return r.finish(ctx, runrec.StatusFailed, err.Error())
 }
 
+// FinishTimeout bounds what a run does after its loop ended (extraction,
+// the record, the worktree's release), even when the run was cancelled or
+// hit its own deadline: host git after the deadline has this fresh, short
+// deadline of its own, never none.
+const FinishTimeout = 2 * time.Minute
+
 // finish extracts the patch, writes the record, checkpoints and releases or
 // keeps the worktree. Work is never lost: the worktree is torn down only
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
 	ctx = context.WithoutCancel(ctx)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
 	defer cancel()
 	st := r.state
 	res := r.baseResult()
@@ -661,6 +673,8 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	safe := true
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
+		r.addHazards(toHazards(ex.Hazards))
+		res.Hazards = r.hazards
 		if err != nil {
 			safe = false
 			r.warnf("%v", err)
@@ -893,6 +907,13 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			r.touched.update(r.root, res.Touched...)
 		}
 		if name == ToolRunCommand {
+			// The command may have left anything: the worktree is scanned
+			// before host git looks at it again. One that cannot be made
+			// safe ends the run: no host git (the grep tool's included)
+			// may run on it.
+			if err := r.clearHazards(); err != nil {
+				return err
+			}
 			if files, err := changedFiles(ctx, r.lease.Git); err == nil {
 				r.touched.update(r.root, files...)
 			}

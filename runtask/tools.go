@@ -48,6 +48,9 @@ type toolbox struct {
 	env     []string // complete command environment (allowlisted)
 	scratch string   // HOME and TMPDIR live here; bound read-write by the sandbox
 	lim     limits
+	// readOnly are the base tree's submodule folders, read-only to
+	// commands (sandbox.Spec.ReadOnlyDirs).
+	readOnly []string
 }
 
 // toolResult is one executed call.
@@ -659,13 +662,14 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		return errResult("run_command: scratch folder: %v", err)
 	}
 	res, err := tb.sb.Run(ctx, sandbox.Spec{
-		Dir:         tb.dir,
-		Argv:        a.Argv,
-		Env:         tb.env,
-		Scratch:     tb.scratch,
-		Timeout:     tb.lim.CommandTimeout,
-		OutputLimit: fullOutputLimit,
-		MemoryLimit: tb.lim.MemoryLimit,
+		Dir:          tb.dir,
+		Argv:         a.Argv,
+		Env:          tb.env,
+		Scratch:      tb.scratch,
+		Timeout:      tb.lim.CommandTimeout,
+		OutputLimit:  fullOutputLimit,
+		MemoryLimit:  tb.lim.MemoryLimit,
+		ReadOnlyDirs: tb.readOnly,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)

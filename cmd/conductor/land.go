@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newLandCmd(d *deps) *cli.Command {
@@ -31,8 +29,8 @@ func newLandCmd(d *deps) *cli.Command {
 			"exactly the tree being committed. Then it commits once (trailers Decision-Id, Reviewed-Commit,\n" +
 			"Patch-Id, Run-Id, Model; a JSON receipt note on refs/notes/conductor) and moves the target by\n" +
 			"compare-and-swap, retrying once from a moved tip. No checkout is made unless a gate command needs\n" +
-			"files: then a free worktree of the worker pool (WORKER_WORKTREE_BASE) is borrowed and reset, or a\n" +
-			"scratch worktree under the data root is made and removed. A worktree that has the\n" +
+			"files: then a scratch worktree of the landing's own under the data root is made and removed (never\n" +
+			"a worktree of the worker pool: what a gate leaves must not reach a later task). A worktree that has the\n" +
 			"target checked out is moved along (refused when it has local changes). Landing a landed decision\n" +
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
@@ -75,12 +73,6 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	var checkout func(context.Context, string) (*land.Checkout, error)
-	if repo != "" {
-		if rg, err := patch.OpenRepo(repo); err == nil {
-			checkout = pooledCheckout(runtask.NewPool(firstOf(d.Getenv("WORKER_WORKTREE_BASE"), cfg.WorktreesDir()), rg, d.Getenv), id)
-		}
-	}
 	sb, err := gateSandbox(c)
 	if err != nil {
 		return err
@@ -99,7 +91,6 @@ func landAction(c *cli.Context, d *deps) error {
 		Now:      d.Now,
 		Getenv:   d.Getenv,
 		Worktree: c.Bool("worktree"),
-		Checkout: checkout,
 		Out:      d.Stdout,
 		JSON:     c.Bool("json"),
 		Log:      d.Log,
@@ -119,30 +110,6 @@ func landAction(c *cli.Context, d *deps) error {
 	}
 	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
 	return nil
-}
-
-// pooledCheckout lends the gate a free worktree of the worker pool (reset
-// to the target tip; the pool resets it again on release). It never grows
-// the pool: with no free worktree land makes a scratch one and removes it.
-func pooledCheckout(pool *runtask.Pool, owner string) func(context.Context, string) (*land.Checkout, error) {
-	return func(ctx context.Context, commit string) (*land.Checkout, error) {
-		slots, err := pool.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		free := false
-		for _, s := range slots {
-			free = free || (s.State == runtask.SlotFree && !s.InUse && s.Exists)
-		}
-		if !free {
-			return nil, nil
-		}
-		lease, err := pool.Acquire(ctx, commit, "land "+owner)
-		if err != nil {
-			return nil, err
-		}
-		return &land.Checkout{Git: lease.Git, Release: lease.Release}, nil
-	}
 }
 
 // faultInjector returns a hook that SIGKILLs the process at the step named
