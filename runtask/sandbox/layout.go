@@ -154,7 +154,7 @@ func checkArg(what, s string) error {
 // plan is a validated Spec ready to become bwrap arguments.
 type plan struct {
 	dir, scratch string
-	inside       string   // where dir is bound (dir itself by default)
+	inside       string // where dir is bound (dir itself by default)
 	mounts       []Mount
 	gitMask      string   // "file", "dir" or "absent"
 	readOnly     []string // absolute folders inside dir bound read-only
