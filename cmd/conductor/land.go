@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -84,17 +85,14 @@ func landAction(c *cli.Context, d *deps) error {
 		DecisionID: id,
 		DryRun:     c.Bool("dry-run"),
 		DataRoot:   cfg.DataRoot,
-		Committer: land.Identity{
-			Name:  firstOf(d.Getenv("GIT_COMMITTER_NAME"), "conductor"),
-			Email: firstOf(d.Getenv("GIT_COMMITTER_EMAIL"), "conductor@localhost"),
-		},
-		Now:      d.Now,
-		Getenv:   d.Getenv,
-		Worktree: c.Bool("worktree"),
-		Out:      d.Stdout,
-		JSON:     c.Bool("json"),
-		Log:      d.Log,
-		Fault:    faultInjector(d.Getenv, "land"),
+		Committer:  landCommitter(ctx, d, repo),
+		Now:        d.Now,
+		Getenv:     d.Getenv,
+		Worktree:   c.Bool("worktree"),
+		Out:        d.Stdout,
+		JSON:       c.Bool("json"),
+		Log:        d.Log,
+		Fault:      faultInjector(d.Getenv, "land"),
 	})
 	if err != nil || issue <= 0 || out.Status != land.StatusLanded {
 		return err
@@ -128,4 +126,33 @@ func faultInjector(getenv func(string) string, area string) func(string) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}
+}
+
+// landCommitter is who commits a landing: GIT_COMMITTER_NAME/EMAIL when
+// set, else the repository's git identity (its own config, then the
+// operator's global one), else conductor <conductor@localhost>. It says on
+// stderr which (unless the variables said so), so a landed commit's
+// committer is never a surprise.
+func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
+	name, email := d.Getenv("GIT_COMMITTER_NAME"), d.Getenv("GIT_COMMITTER_EMAIL")
+	if name != "" && email != "" {
+		return land.Identity{Name: name, Email: email} // the operator said so
+	}
+	source := ""
+	{
+		var gn, ge string
+		if repo != "" {
+			gn, ge = patch.UserIdentity(ctx, patch.Git{GitDir: repo}, d.Getenv("HOME"), d.Getenv("XDG_CONFIG_HOME"))
+		}
+		if name == "" && gn != "" || email == "" && ge != "" {
+			source = "the repository's git config (user.name, user.email)"
+		}
+		name, email = firstOf(name, gn), firstOf(email, ge)
+	}
+	if name == "" || email == "" {
+		name, email = firstOf(name, "conductor"), firstOf(email, "conductor@localhost")
+		source = "the default: set user.name and user.email in the repository, or GIT_COMMITTER_NAME/EMAIL"
+	}
+	fmt.Fprintf(d.Stderr, "committer: %s <%s> (%s)\n", name, email, source)
+	return land.Identity{Name: name, Email: email}
 }
