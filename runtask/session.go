@@ -225,6 +225,18 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 	if wtBase == "" {
 		wtBase = r.cfg.WorktreesDir()
 	}
+	// What doctor checks, before anything is made: the sandbox's uid must
+	// reach the worktrees and the scratch folder (a data root under a
+	// private home would fail only at the first command).
+	if rc, ok := r.opts.Sandbox.(interface{ Reachable(string) error }); ok {
+		for _, dir := range []string{wtBase, filepath.Join(r.cfg.DataRoot, "scratch")} {
+			abs, _ := filepath.Abs(dir)
+			if err := rc.Reachable(abs); err != nil {
+				return res, policy.Refusef("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
+					"the sandbox cannot reach %s: %v", dir, err)
+			}
+		}
+	}
 	r.pool = NewPool(wtBase, r.repo, r.getenv)
 	r.pool.Now = r.now
 
