@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/testenv"
+	"github.com/conductor-dev/conductor/runtask/fakellm"
+)
+
+// faultRig is a data root, a repository, a scripted model and N task files
+// for the queue fault tests; workers run as conductor subprocesses.
+type faultRig struct {
+	t     *testing.T
+	home  string
+	repo  string
+	env   []string
+	tasks []string // task file paths
+	llm   *fakellm.Server
+
+	mu      sync.Mutex
+	workers []*faultWorker
+}
+
+type faultWorker struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer safe for a subprocess writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newFaultRig(t *testing.T, jobs int, extraEnv ...string) *faultRig {
+	t.Helper()
+	home := t.TempDir()
+	script, err := fakellm.Parse([]byte(workerScript))
+	if err != nil {
+		t.Fatal(err)
+	}
+	llm := fakellm.Start(*script)
+	t.Cleanup(llm.Close)
+	r := &faultRig{t: t, home: home, llm: llm, repo: filepath.Join(home, "repo")}
+	r.env = workerEnv(t, home, append([]string{
+		"CONDUCTOR_MODEL_OLLAMA_QWEN_URL=" + llm.URL(), "CONDUCTOR_MODEL_OLLAMA_QWEN_MODEL=fake",
+		"WORKER_CHECKPOINT_EVERY_N_STEPS=1"}, extraEnv...)...)
+	os.MkdirAll(r.repo, 0o755)
+	os.WriteFile(filepath.Join(r.repo, "README.md"), []byte("# repo\n"), 0o644)
+	gitT(t, r.repo, r.env, "init", "-q", "-b", "main")
+	gitT(t, r.repo, r.env, "add", "-A")
+	gitT(t, r.repo, r.env, "commit", "-qm", "init")
+	dir := filepath.Join(home, "tasks")
+	os.MkdirAll(dir, 0o755)
+	for i := 0; i < jobs; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("t%02d.json", i))
+		os.WriteFile(p, []byte(fmt.Sprintf(`{"taskVersion":1,"id":"t-%02d","prompt":"write the note","workspace":"repo",
+ "capabilities":{"tools":["read","write","edit"]},"session":"s-%02d","timeoutSeconds":300,"role":"implementer"}`, i, i)), 0o644)
+		r.tasks = append(r.tasks, p)
+	}
+	return r
+}
+
+// conductor runs a conductor command to its end and returns its stdout.
+func (r *faultRig) conductor(args ...string) (string, error) {
+	cmd := exec.Command("conductor", args...)
+	cmd.Env = r.env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("conductor %s: %v\n%s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), err
+}
+
+// enqueueAll enqueues every task and returns the run ids.
+func (r *faultRig) enqueueAll() []string {
+	r.t.Helper()
+	var ids []string
+	for _, p := range r.tasks {
+		out, err := r.conductor("enqueue", p)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	return ids
+}
+
+// startWorker starts `conductor worker` with short leases and backoffs.
+func (r *faultRig) startWorker(extra ...string) *faultWorker {
+	r.t.Helper()
+	args := append([]string{"worker", "--concurrency", "2", "--wait", "1", "--heartbeat-ttl", "2s",
+		"--model", "ollama-qwen", "--repo", r.repo, "--sandbox", "none", "--grace", "5s"}, extra...)
+	cmd := exec.Command("conductor", args...)
+	w := &faultWorker{cmd: cmd, out: &syncBuffer{}}
+	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, w.out, w.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.workers = append(r.workers, w)
+	r.mu.Unlock()
+	r.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return w
+}
+
+// stopWorkers sends SIGTERM to every live worker and waits for them.
+func (r *faultRig) stopWorkers() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.workers {
+		if w.cmd.ProcessState == nil {
+			w.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, w := range r.workers {
+		if w.cmd.ProcessState == nil {
+			w.cmd.Wait()
+		}
+	}
+}
+
+// logs is every worker's output, for failure messages.
+func (r *faultRig) logs() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	for i, w := range r.workers {
+		fmt.Fprintf(&b, "--- worker %d:\n%s\n", i, w.out.String())
+	}
+	return b.String()
+}
+
+// finishedRunLines counts, per run id, the completion lines the workers
+// printed on stdout (one JSON object per completed run).
+func (r *faultRig) finishedRunLines() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := map[string]int{}
+	for _, w := range r.workers {
+		sc := bufio.NewScanner(strings.NewReader(w.out.String()))
+		for sc.Scan() {
+			var line struct {
+				RunID  string `json:"runId"`
+				Status string `json:"status"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.RunID != "" && line.Status != "" {
+				n[line.RunID]++
+			}
+		}
+	}
+	return n
+}
+
+// waitFor polls cond until it holds or the test's own deadline is near.
+func waitCond(t *testing.T, what string, cond func() bool, diag func() string) {
+	t.Helper()
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Minute)
+	} else {
+		deadline = deadline.Add(-30 * time.Second)
+	}
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s\n%s", what, diag())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkStoreClosed asserts every run is final in the store and every task's
+// claim is completed by its run.
+func checkStoreClosed(t *testing.T, dbURL string, tasks, runIDs []string, dataRoot string) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := bus.Open(ctx, bus.Options{DatabaseURL: dbURL, DataRoot: dataRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for i, id := range runIDs {
+		run, err := st.GetRun(ctx, id)
+		if err != nil {
+			t.Errorf("run %s: %v", id, err)
+		} else if run.Status != runrec.StatusSucceeded {
+			t.Errorf("run %s: store status %q, want succeeded", id, run.Status)
+		}
+		task := fmt.Sprintf("t-%02d", i)
+		cl, err := st.GetClaim(ctx, task)
+		if err != nil {
+			t.Errorf("claim of %s: %v", task, err)
+		} else if cl.Completion == nil || cl.Claimant != id || cl.Completion.Outcome != runrec.StatusSucceeded {
+			t.Errorf("claim of %s: %+v, want completed succeeded by %s", task, cl, id)
+		}
+	}
+}
+
+// TestWorkersSurvivePostgresOutage: 3 workers on Redis + PostgreSQL, N
+// jobs; PostgreSQL is stopped mid-run (fast, then immediate) and started
+// again. Every job is done exactly once, nothing is dead-lettered or lost,
+// and the store ends with every run final and every claim completed.
+func TestWorkersSurvivePostgresOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	pg := testenv.PrivatePostgres(t)
+	redisURL := testenv.Redis(t)
+	const jobs = 12
+	r := newFaultRig(t, jobs, "REDIS_URL="+redisURL, "DATABASE_URL="+pg.URL())
+	runIDs := r.enqueueAll()
+	for i := 0; i < 3; i++ {
+		r.startWorker()
+	}
+	rc := redisClient(t, redisURL)
+	ctx := context.Background()
+	for _, mode := range []string{"fast", "immediate"} {
+		// Stop once some runs are in flight and before all are done.
+		waitCond(t, "runs in flight", func() bool {
+			return len(r.llm.Requests()) > 0 && len(finishedRuns(t, r.home)) < jobs
+		}, r.logs)
+		pg.Stop(mode)
+		time.Sleep(3 * time.Second) // the outage
+		pg.Start()
+	}
+	waitCond(t, "every job done", func() bool {
+		// Done, or settled with something missing: nothing queued, nothing
+		// held, or a dead letter.
+		return len(r.finishedRunLines()) == jobs || redisSettled(rc, "echodo:orchestrator:jobs")
+	}, func() string {
+		dl, _ := rc.LRange(ctx, "echodo:orchestrator:jobs:dead", 0, -1).Result()
+		return fmt.Sprintf("done %v\ndead letters %q\n%s", r.finishedRunLines(), dl, r.logs())
+	})
+	r.stopWorkers()
+	for id, n := range r.finishedRunLines() {
+		if n != 1 {
+			t.Errorf("run %s completed %d times", id, n)
+		}
+	}
+	if n, _ := rc.LLen(ctx, "echodo:orchestrator:jobs:dead").Result(); n != 0 {
+		dl, _ := rc.LRange(ctx, "echodo:orchestrator:jobs:dead", 0, -1).Result()
+		t.Errorf("%d jobs dead-lettered: %q", n, dl)
+	}
+	if n, _ := rc.LLen(ctx, "echodo:orchestrator:jobs").Result(); n != 0 {
+		t.Errorf("queue still holds %d jobs", n)
+	}
+	keys, _ := rc.Keys(ctx, "echodo:orchestrator:jobs:processing:*").Result()
+	for _, k := range keys {
+		if n, _ := rc.LLen(ctx, k).Result(); n != 0 {
+			t.Errorf("%s still holds %d jobs", k, n)
+		}
+	}
+	for id, status := range finishedRuns(t, r.home) {
+		if status != runrec.StatusSucceeded {
+			t.Errorf("run %s: %s", id, status)
+		}
+	}
+	checkStoreClosed(t, pg.URL(), nil, runIDs, filepath.Join(r.home, "data"))
+	t.Logf("%d jobs across 3 workers; the workers logged %d store outages",
+		jobs, strings.Count(r.logs(), "store unavailable; retrying"))
+	if t.Failed() {
+		t.Log(r.logs())
+	}
+}
+
+// redisSettled reports a queue with a dead letter, or with nothing queued
+// and nothing held by any consumer.
+func redisSettled(rc *redis.Client, key string) bool {
+	ctx := context.Background()
+	if n, _ := rc.LLen(ctx, key+":dead").Result(); n > 0 {
+		return true
+	}
+	if n, err := rc.LLen(ctx, key).Result(); err != nil || n > 0 {
+		return false
+	}
+	keys, err := rc.Keys(ctx, key+":processing:*").Result()
+	if err != nil {
+		return false
+	}
+	for _, k := range keys {
+		if n, err := rc.LLen(ctx, k).Result(); err != nil || n > 0 {
+			return false
+		}
+	}
+	return true
+}
