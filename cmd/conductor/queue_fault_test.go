@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -313,4 +314,111 @@ func redisSettled(rc *redis.Client, key string) bool {
 		}
 	}
 	return true
+}
+
+// TestEmbeddedQueueReclaimsKilledWorkersJobs: three workers on one
+// embedded store (no Redis); one is killed with SIGKILL while it holds
+// jobs. Once its leases run out the others take the jobs back and resume
+// them: every job is done exactly once, no job is left taken, every claim
+// is completed.
+func TestEmbeddedQueueReclaimsKilledWorkersJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	const jobs = 10
+	r := newFaultRig(t, jobs)
+	runIDs := r.enqueueAll()
+	victim := r.startWorker()
+	waitCond(t, "the victim mid-job", func() bool {
+		n := 0
+		for _, id := range runIDs {
+			if hasCheckpoint(r.home, id) && !runrec.Final(finishedRuns(t, r.home)[id]) {
+				n++
+			}
+		}
+		return n > 0 && strings.Count(victim.out.String(), "starting run") >= 2
+	}, r.logs)
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.cmd.Wait()
+	r.startWorker()
+	r.startWorker()
+	waitCond(t, "every job done", func() bool { return len(r.finishedRunLines()) == jobs }, r.logs)
+	r.stopWorkers()
+	for id, n := range r.finishedRunLines() {
+		if n != 1 {
+			t.Errorf("run %s completed %d times", id, n)
+		}
+	}
+	for id, status := range finishedRuns(t, r.home) {
+		if status != runrec.StatusSucceeded {
+			t.Errorf("run %s: %s", id, status)
+		}
+	}
+	dataRoot := filepath.Join(r.home, "data")
+	checkStoreClosed(t, "", nil, runIDs, dataRoot)
+	st, err := bus.Open(context.Background(), bus.Options{DataRoot: dataRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if j, ok, err := st.TakeJob(context.Background(), "echodo:orchestrator:jobs", "probe", time.Nanosecond); err != nil || ok {
+		t.Errorf("a job is left in the queue: %+v %v", j, err)
+	}
+	if dead, err := st.DeadJobs(context.Background(), "echodo:orchestrator:jobs"); err != nil || len(dead) != 0 {
+		t.Errorf("dead letters %+v %v", dead, err)
+	}
+	if t.Failed() {
+		t.Log(r.logs())
+	}
+}
+
+// TestWorkerSurvivesRedisRestart: redis-server (with an append-only file)
+// is killed and restarted under two running workers. They do not exit;
+// every job is done exactly once and the queue ends empty.
+func TestWorkerSurvivesRedisRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	srv := testenv.PrivateRedis(t)
+	const jobs = 10
+	r := newFaultRig(t, jobs, "REDIS_URL="+srv.URL())
+	r.enqueueAll()
+	w1, w2 := r.startWorker(), r.startWorker()
+	for i := 0; i < 2; i++ {
+		waitCond(t, "runs in flight", func() bool {
+			return len(r.llm.Requests()) > i*5 && len(r.finishedRunLines()) < jobs
+		}, r.logs)
+		srv.Kill()
+		time.Sleep(2 * time.Second) // the outage
+		srv.Start()
+	}
+	rc := redisClient(t, srv.URL())
+	waitCond(t, "every job done", func() bool { return len(r.finishedRunLines()) == jobs }, r.logs)
+	for _, w := range []*faultWorker{w1, w2} {
+		if w.cmd.ProcessState != nil {
+			t.Errorf("a worker exited: %v", w.cmd.ProcessState)
+		}
+	}
+	r.stopWorkers()
+	for id, n := range r.finishedRunLines() {
+		if n != 1 {
+			t.Errorf("run %s completed %d times", id, n)
+		}
+	}
+	ctx := context.Background()
+	if n, _ := rc.LLen(ctx, "echodo:orchestrator:jobs:dead").Result(); n != 0 {
+		t.Errorf("%d dead letters", n)
+	}
+	if !redisSettled(rc, "echodo:orchestrator:jobs") {
+		t.Errorf("jobs left queued or held")
+	}
+	if raw := regexp.MustCompile(`(?m)^redis: \d{4}/\d\d/\d\d `).FindString(r.logs()); raw != "" {
+		t.Errorf("go-redis printed to stderr past slog: %q", raw)
+	}
+	if got := strings.Count(r.logs(), "queue unavailable; retrying"); got == 0 || got > 2*2*2 {
+		t.Errorf("workers logged %d queue outage lines, want one per worker per outage", got)
+	}
+	if t.Failed() {
+		t.Log(r.logs())
+	}
 }
