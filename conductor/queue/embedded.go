@@ -167,13 +167,14 @@ func (e *Embedded) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
 	return out, nil
 }
 
-// RetryDead returns every dead job with the payload id (or the row id) to
-// the queue, its attempts reset.
+// RetryDead returns every dead job with the id (payload id, run id, or row
+// id) to the queue, its attempts reset.
 func (e *Embedded) RetryDead(ctx context.Context, id string) error {
 	return e.eachDead(ctx, id, e.Store.ReviveJob)
 }
 
-// DropDead deletes every dead job with the payload id (or the row id).
+// DropDead deletes every dead job with the id (payload id, run id, or row
+// id).
 func (e *Embedded) DropDead(ctx context.Context, id string) error {
 	return e.eachDead(ctx, id, e.Store.DropJob)
 }
@@ -185,7 +186,8 @@ func (e *Embedded) eachDead(ctx context.Context, id string, fn func(context.Cont
 	}
 	found := false
 	for _, j := range jobs {
-		if PayloadID(j.Payload) != id && strconv.FormatInt(j.ID, 10) != id {
+		dl := newDeadLetter(&Delivery{Payload: j.Payload, ID: PayloadID(j.Payload)}, nil, j.DeadAt)
+		if !dl.Matches(id) && strconv.FormatInt(j.ID, 10) != id {
 			continue
 		}
 		found = true

@@ -108,8 +108,22 @@ func newDeadLetter(d *Delivery, cause error, at time.Time) DeadLetter {
 	return dl
 }
 
+// Matches reports whether id names the dead letter: its payload id, or
+// the run id of its job.
+func (dl DeadLetter) Matches(id string) bool {
+	if id == "" {
+		return false
+	}
+	if dl.ID == id {
+		return true
+	}
+	j, err := ParseJob(dl.Raw())
+	return err == nil && j.RunID == id
+}
+
 // DeadLetters is the dead-letter list of a queue, for the operator: list,
-// retry (back to the queue, attempts reset) and drop, by payload id.
+// retry (back to the queue, attempts reset) and drop, by payload id or run
+// id.
 type DeadLetters interface {
 	DeadLetters(ctx context.Context) ([]DeadLetter, error)
 	RetryDead(ctx context.Context, id string) error

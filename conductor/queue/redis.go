@@ -357,15 +357,15 @@ func (r *Redis) deadLetters(ctx context.Context) ([]string, []DeadLetter, error)
 	return raw, out, nil
 }
 
-// RetryDead returns every dead letter with the payload id to the tail of
-// the queue, its attempts reset.
+// RetryDead returns every dead letter with the id (payload id or run id)
+// to the tail of the queue, its attempts reset.
 func (r *Redis) RetryDead(ctx context.Context, id string) error {
 	return r.eachDead(ctx, id, func(entry string, dl DeadLetter) error {
 		return retryDeadScript.Run(ctx, r.c, []string{r.key("dead"), r.o.Key, r.key("attempts")}, entry, dl.Raw(), dl.ID).Err()
 	})
 }
 
-// DropDead deletes every dead letter with the payload id.
+// DropDead deletes every dead letter with the id (payload id or run id).
 func (r *Redis) DropDead(ctx context.Context, id string) error {
 	return r.eachDead(ctx, id, func(entry string, _ DeadLetter) error {
 		return r.c.LRem(ctx, r.key("dead"), 1, entry).Err()
@@ -379,7 +379,7 @@ func (r *Redis) eachDead(ctx context.Context, id string, fn func(entry string, d
 	}
 	found := false
 	for i, dl := range dls {
-		if dl.ID != id {
+		if !dl.Matches(id) {
 			continue
 		}
 		found = true
