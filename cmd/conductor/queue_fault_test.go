@@ -422,3 +422,65 @@ func TestWorkerSurvivesRedisRestart(t *testing.T) {
 		t.Log(r.logs())
 	}
 }
+
+// TestWorkerDeadLettersBadInputOnFirstAttempt: payloads that can never run
+// (not JSON, an unknown role, an unknown model alias, a missing repository)
+// pushed by another tool are dead-lettered on their first attempt with the
+// reason, never retried, and leave no run folder behind.
+func TestWorkerDeadLettersBadInputOnFirstAttempt(t *testing.T) {
+	r := newFaultRig(t, 0)
+	dataRoot := filepath.Join(r.home, "data")
+	ctx := context.Background()
+	st, err := bus.Open(ctx, bus.Options{DataRoot: dataRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	task := func(id, extra string) string {
+		return fmt.Sprintf(`{"taskVersion":1,"id":%q,"prompt":"p","workspace":"repo","capabilities":{"tools":["read"]},"session":%q,"timeoutSeconds":60%s}`, id, id, extra)
+	}
+	bad := map[string]string{
+		"not json":      "{this is not json",
+		"unknown role":  task("t-role", `,"role":"no-such-role"`),
+		"unknown model": task("t-model", `,"model":"no-such-model"`),
+		"no repository": task("t-repo", `,"workspace":"nowhere"`),
+	}
+	bad["no repository"] = strings.Replace(bad["no repository"], `"workspace":"repo",`, "", 1)
+	for _, p := range bad {
+		if _, err := st.Enqueue(ctx, "echodo:orchestrator:jobs", []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("conductor", "worker", "--once", "--concurrency", "4", "--sandbox", "none")
+	cmd.Env = r.env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("worker: %v\n%s", err, out)
+	}
+	dead, err := st.DeadJobs(ctx, "echodo:orchestrator:jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != len(bad) {
+		t.Fatalf("%d dead letters, want %d\n%s", len(dead), len(bad), out)
+	}
+	want := map[string]string{
+		"not json": "not a JSON object", "unknown role": `unknown role "no-such-role"`,
+		"unknown model": `"no-such-model"`, "no repository": `workspace "nowhere": no repository found`,
+	}
+	for _, d := range dead {
+		if d.Attempts != 1 {
+			t.Errorf("%s: %d attempts, want 1", d.Payload, d.Attempts)
+		}
+		found := false
+		for _, w := range want {
+			found = found || strings.Contains(d.LastError, w)
+		}
+		if !found {
+			t.Errorf("%s: reason %q names none of the causes", d.Payload, d.LastError)
+		}
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(dataRoot, "runs", "*")); len(dirs) != 0 {
+		t.Errorf("bad input left run folders: %v", dirs)
+	}
+}

@@ -68,6 +68,11 @@ func newWorkerCmd(d *deps) *cli.Command {
 			if err != nil {
 				return err
 			}
+			if base.ModelAlias != "" && base.Registry != nil {
+				if _, err := base.Registry.Lookup(base.ModelAlias); err != nil {
+					return usageErr(fmt.Errorf("worker: --model: %w", err))
+				}
+			}
 			// A server that does not answer yet is waited for; only a
 			// configuration error (or a signal) ends the worker. With
 			// --once (cron) it is an error: the next round tries again.
@@ -253,8 +258,9 @@ func (w *jobRunner) checkInput(opts runtask.Options, task runtask.Task) error {
 	if _, err := loadRunRole(w.c, opts, task); err != nil {
 		return err
 	}
-	if opts.Model == nil && opts.Connect == nil && opts.Registry != nil {
-		if _, err := opts.Registry.Lookup(firstOf(opts.ModelAlias, task.Model)); err != nil {
+	// The job's own alias; the worker's --model was checked at start.
+	if opts.ModelAlias == "" && task.Model != "" && opts.Model == nil && opts.Connect == nil && opts.Registry != nil {
+		if _, err := opts.Registry.Lookup(task.Model); err != nil {
 			return fmt.Errorf("task %s: %w", task.ID, err)
 		}
 	}
