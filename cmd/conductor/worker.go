@@ -90,6 +90,13 @@ func newWorkerCmd(d *deps) *cli.Command {
 				}
 				return fmt.Errorf("worker: %w", err)
 			}
+			// Repair what a completion lost to an outage (or an older
+			// conductor) left: the run folders are the source.
+			if reps, err := bus.Reconcile(c.Context, st, cfg.RunsDir()); err != nil {
+				d.Log.Warn("reconcile the store with the run folders", "err", err)
+			} else if len(reps) > 0 {
+				d.Log.Info("store repaired from the run folders", "runs", len(reps))
+			}
 			consumer := consumerName()
 			q, err := waitFor(c.Context, d.Log, "queue", unreachable(queue.ErrUnreachable), func() (queue.Queue, error) {
 				return d.openQueue(c, consumer)
@@ -276,7 +283,7 @@ func (w *jobRunner) checkInput(opts runtask.Options, task runtask.Task) error {
 // a store outage is replayed until it is written.
 func (w *jobRunner) complete(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := w.store.PutRun(ctx, runFromResult(res)); err != nil {
+	if err := w.store.PutRun(ctx, bus.RunFromResult(res)); err != nil {
 		return queue.Infra(err)
 	}
 	err := w.store.CompleteTask(ctx, bus.Completion{
@@ -334,14 +341,6 @@ func (w *jobRunner) dead(ctx context.Context, dl *queue.Delivery, cause error) e
 		return nil
 	}
 	return queue.Infra(err)
-}
-
-// runFromResult is the store row of a run receipt.
-func runFromResult(res runrec.Result) bus.Run {
-	return bus.Run{ID: res.RunID, TaskID: res.TaskID, Session: res.Session, Role: res.Role, Status: res.Status,
-		ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
-		TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
-		Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
 }
 
 // reviewAndOpenDraft is the unattended path for a task with "pr": true:
