@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: build test test-short fuzz bench bench-short demo lint soak help
+.PHONY: build test test-short fuzz bench bench-short demo lint soak soak-queue help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -38,6 +38,12 @@ demo: build ## run a real task end to end offline: worktree, replayed model, too
 
 soak: ## long kill-and-resume trials (100 runs)
 	CONDUCTOR_SOAK=100 $(GO) test -count=1 -run Soak -timeout 60m ./...
+
+QUEUE_TRIALS ?= 20
+QUEUE_FAULTS := TestWorkersSurvivePostgresOutage|TestEmbeddedQueueReclaimsKilledWorkersJobs|TestWorkerSurvivesRedisRestart|TestWorkersRedisKillAndResume|TestConsumerSurvivesRedisRestart|TestConsumerInfraErrorsAreNotAttempts|TestRedisZombieCannotFinishReapedJob|TestEmbeddedLeaseReclaim
+
+soak-queue: ## queue fault trials (QUEUE_TRIALS=20 each): PostgreSQL and Redis stopped, workers killed, at random moments
+	$(GO) test -count=$(QUEUE_TRIALS) -p 1 -run '^($(QUEUE_FAULTS))$$' -timeout 120m ./conductor/queue ./cmd/conductor
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -245,13 +246,15 @@ func TestWorkersSurvivePostgresOutage(t *testing.T) {
 	}
 	rc := redisClient(t, redisURL)
 	ctx := context.Background()
-	for _, mode := range []string{"fast", "immediate"} {
-		// Stop once some runs are in flight and before all are done.
+	for i, mode := range []string{"fast", "immediate"} {
+		// Stop at a random moment once runs are in flight, before all
+		// are done (make soak-queue repeats this with other moments).
+		after := i*jobs + rand.IntN(jobs*2)
 		waitCond(t, "runs in flight", func() bool {
-			return len(r.llm.Requests()) > 0 && len(finishedRuns(t, r.home)) < jobs
+			return len(r.llm.Requests()) > after || len(finishedRuns(t, r.home)) >= jobs-2
 		}, r.logs)
 		pg.Stop(mode)
-		time.Sleep(3 * time.Second) // the outage
+		time.Sleep(time.Duration(1000+rand.IntN(3000)) * time.Millisecond) // the outage
 		pg.Start()
 	}
 	waitCond(t, "every job done", func() bool {
@@ -329,6 +332,7 @@ func TestEmbeddedQueueReclaimsKilledWorkersJobs(t *testing.T) {
 	r := newFaultRig(t, jobs)
 	runIDs := r.enqueueAll()
 	victim := r.startWorker()
+	steps := 2 + rand.IntN(3) // a random moment (make soak-queue repeats it)
 	waitCond(t, "the victim mid-job", func() bool {
 		n := 0
 		for _, id := range runIDs {
@@ -336,7 +340,7 @@ func TestEmbeddedQueueReclaimsKilledWorkersJobs(t *testing.T) {
 				n++
 			}
 		}
-		return n > 0 && strings.Count(victim.out.String(), "starting run") >= 2
+		return n > 0 && strings.Count(victim.out.String(), "starting run") >= steps
 	}, r.logs)
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	victim.cmd.Wait()
@@ -385,11 +389,12 @@ func TestWorkerSurvivesRedisRestart(t *testing.T) {
 	r.enqueueAll()
 	w1, w2 := r.startWorker(), r.startWorker()
 	for i := 0; i < 2; i++ {
+		after := i*jobs + rand.IntN(jobs*2) // a random moment (make soak-queue repeats it)
 		waitCond(t, "runs in flight", func() bool {
-			return len(r.llm.Requests()) > i*5 && len(r.finishedRunLines()) < jobs
+			return len(r.llm.Requests()) > after || len(r.finishedRunLines()) >= jobs-2
 		}, r.logs)
 		srv.Kill()
-		time.Sleep(2 * time.Second) // the outage
+		time.Sleep(time.Duration(500+rand.IntN(2500)) * time.Millisecond) // the outage
 		srv.Start()
 	}
 	rc := redisClient(t, srv.URL())
