@@ -111,7 +111,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 		}
 		opts.Task = t
 	}
-	if runrec.Final(prev.Status) {
+	if runrec.Final(prev.Status) && !prev.Resumable {
 		return prev, nil
 	}
 	opts.RunID = runID
@@ -119,6 +119,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 	if err != nil {
 		return runrec.Result{}, err
 	}
+	r.reopen = prev.Resumable
 	return r.run(ctx, runID)
 }
 
@@ -158,6 +159,9 @@ type runner struct {
 	result   runrec.Result
 	started  time.Time
 	stopText string
+	// outside: the loop failed from an outside cause (model server, disk):
+	// the run is recorded resumable. reopen: Resume continues such a run.
+	outside, reopen bool
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -230,7 +234,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).
-	if r.opts.RunID != "" {
+	if r.opts.RunID != "" && !r.reopen {
 		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && runrec.Final(prev.Status) {
 			return prev, nil
 		}
@@ -263,7 +267,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	t := r.task
 	if resumeID != "" {
 		if st != nil && st.RunID == resumeID {
-			if runrec.Final(st.Status) {
+			if runrec.Final(st.Status) && !r.reopen {
 				return modeFinished, nil
 			}
 			return modeContinue, nil
@@ -330,6 +334,32 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 		st.Status = runrec.StatusRunning
 	}
+	// Model: resolved before the run folder exists, so that an unknown
+	// alias or a missing key leaves no phantom run behind.
+	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
+	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
+		alias = r.opts.Registry.Default()
+	}
+	secretEnv := r.opts.DeniedEnv
+	r.model = r.opts.Model
+	modelName := r.opts.ModelName
+	if r.model == nil {
+		connect := r.opts.Connect
+		if connect == nil && r.opts.Registry != nil {
+			connect = r.connectRegistry
+		}
+		if connect == nil {
+			return runrec.Result{}, errors.New("run-task: no model client and no model registry")
+		}
+		client, name, secrets, err := connect(alias)
+		if err != nil {
+			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
+		}
+		r.model, modelName = client, name
+		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
+	}
+	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
+
 	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
 	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
 		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
@@ -354,31 +384,6 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
 	}
 	defer r.log.Close()
-
-	// Model.
-	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
-	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
-		alias = r.opts.Registry.Default()
-	}
-	secretEnv := r.opts.DeniedEnv
-	r.model = r.opts.Model
-	modelName := r.opts.ModelName
-	if r.model == nil {
-		connect := r.opts.Connect
-		if connect == nil && r.opts.Registry != nil {
-			connect = r.connectRegistry
-		}
-		if connect == nil {
-			return runrec.Result{}, errors.New("run-task: no model client and no model registry")
-		}
-		client, name, secrets, err := connect(alias)
-		if err != nil {
-			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
-		}
-		r.model, modelName = client, name
-		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
-	}
-	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
 
 	if mode != modeContinue {
 		if err := r.writeTask(); err != nil {
@@ -419,7 +424,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
 	}
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, warn: r.stderr}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}
@@ -636,6 +641,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	res.Status = status
 	res.Error = msg
 	res.FinishedAt = r.now()
+	res.Resumable = status == runrec.StatusFailed && r.outside
 	safe := true
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
@@ -663,7 +669,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	if err := r.record(ctx); err != nil {
 		return res, err
 	}
-	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
 	if resumable && r.lease != nil {
 		r.checkpoint(ctx)
 	}
@@ -765,6 +771,8 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 			return s, m // a reply after the limit is not used
 		}
 		if err != nil {
+			var me *ModelError
+			r.outside = errors.As(err, &me) && me.Outside()
 			return runrec.StatusFailed, "model: " + err.Error()
 		}
 		st.Step++
@@ -775,6 +783,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
 		if err := r.save(); err != nil {
+			r.outside = true // the disk
 			return runrec.StatusFailed, "session state: " + err.Error()
 		}
 		var tok *int64

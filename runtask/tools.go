@@ -48,6 +48,7 @@ type toolbox struct {
 	env     []string // complete command environment (allowlisted)
 	scratch string   // HOME and TMPDIR live here; bound read-write by the sandbox
 	lim     limits
+	warn    io.Writer // the run's stderr (kept in stderr.txt): the sandbox's warnings
 }
 
 // toolResult is one executed call.
@@ -665,6 +666,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		Scratch:     tb.scratch,
 		Timeout:     tb.lim.CommandTimeout,
 		OutputLimit: fullOutputLimit,
+		Warn:        tb.warn,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)

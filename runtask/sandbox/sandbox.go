@@ -14,6 +14,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -36,6 +37,11 @@ type Spec struct {
 	// GOPATH, GOMODCACHE and XDG_CACHE_HOME that point outside Dir get a
 	// fresh, empty tmpfs for each command.
 	Scratch string
+
+	// Warn receives this command's warnings (the none backend's "NO
+	// isolation"): a run passes its own stderr, which is kept in the run
+	// folder's stderr.txt. Nil: Options.Warn.
+	Warn io.Writer
 }
 
 // Result is what a command did.
