@@ -228,23 +228,34 @@ func checkStoreClosed(t *testing.T, dbURL string, tasks, runIDs []string, dataRo
 	}
 }
 
-// TestWorkersSurvivePostgresOutage: 3 workers on Redis + PostgreSQL, N
-// jobs; PostgreSQL is stopped mid-run (fast, then immediate) and started
-// again. Every job is done exactly once, nothing is dead-lettered or lost,
-// and the store ends with every run final and every claim completed.
+// TestWorkersSurvivePostgresOutage: 3 workers on PostgreSQL, N jobs, the
+// queue on Redis or in PostgreSQL itself (the embedded queue); PostgreSQL
+// is stopped mid-run (fast, then immediate) and started again, at random
+// moments. Every job is done exactly once, nothing is dead-lettered or
+// lost, and the store ends with every run final and every claim completed.
 func TestWorkersSurvivePostgresOutage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process fault test")
 	}
+	t.Run("redis queue", func(t *testing.T) { pgOutageTrial(t, true) })
+	t.Run("queue in postgres", func(t *testing.T) { pgOutageTrial(t, false) })
+}
+
+func pgOutageTrial(t *testing.T, onRedis bool) {
 	pg := testenv.PrivatePostgres(t)
-	redisURL := testenv.Redis(t)
 	const jobs = 12
-	r := newFaultRig(t, jobs, "REDIS_URL="+redisURL, "DATABASE_URL="+pg.URL())
+	env := []string{"DATABASE_URL=" + pg.URL()}
+	var rc *redis.Client
+	if onRedis {
+		redisURL := testenv.Redis(t)
+		env = append(env, "REDIS_URL="+redisURL)
+		rc = redisClient(t, redisURL)
+	}
+	r := newFaultRig(t, jobs, env...)
 	runIDs := r.enqueueAll()
 	for i := 0; i < 3; i++ {
 		r.startWorker()
 	}
-	rc := redisClient(t, redisURL)
 	ctx := context.Background()
 	for i, mode := range []string{"fast", "immediate"} {
 		// Stop at a random moment once runs are in flight, before all
@@ -257,13 +268,35 @@ func TestWorkersSurvivePostgresOutage(t *testing.T) {
 		time.Sleep(time.Duration(1000+rand.IntN(3000)) * time.Millisecond) // the outage
 		pg.Start()
 	}
+	deadLetters := func() string {
+		if rc != nil {
+			dl, _ := rc.LRange(ctx, "echodo:orchestrator:jobs:dead", 0, -1).Result()
+			return strings.Join(dl, "\n")
+		}
+		st, err := bus.Open(ctx, bus.Options{DatabaseURL: pg.URL()})
+		if err != nil {
+			return ""
+		}
+		defer st.Close()
+		dead, _ := st.DeadJobs(ctx, "echodo:orchestrator:jobs")
+		var b strings.Builder
+		for _, d := range dead {
+			fmt.Fprintf(&b, "%s: %s\n", d.Payload, d.LastError)
+		}
+		return b.String()
+	}
 	waitCond(t, "every job done", func() bool {
-		// Done, or settled with something missing: nothing queued, nothing
-		// held, or a dead letter.
-		return len(r.finishedRunLines()) == jobs || redisSettled(rc, "echodo:orchestrator:jobs")
+		// Done, or settled with something missing: a dead letter, or
+		// nothing queued and nothing held.
+		if len(r.finishedRunLines()) == jobs {
+			return true
+		}
+		if rc != nil {
+			return redisSettled(rc, "echodo:orchestrator:jobs")
+		}
+		return deadLetters() != ""
 	}, func() string {
-		dl, _ := rc.LRange(ctx, "echodo:orchestrator:jobs:dead", 0, -1).Result()
-		return fmt.Sprintf("done %v\ndead letters %q\n%s", r.finishedRunLines(), dl, r.logs())
+		return fmt.Sprintf("done %v\ndead letters %s\n%s", r.finishedRunLines(), deadLetters(), r.logs())
 	})
 	r.stopWorkers()
 	for id, n := range r.finishedRunLines() {
@@ -271,18 +304,25 @@ func TestWorkersSurvivePostgresOutage(t *testing.T) {
 			t.Errorf("run %s completed %d times", id, n)
 		}
 	}
-	if n, _ := rc.LLen(ctx, "echodo:orchestrator:jobs:dead").Result(); n != 0 {
-		dl, _ := rc.LRange(ctx, "echodo:orchestrator:jobs:dead", 0, -1).Result()
-		t.Errorf("%d jobs dead-lettered: %q", n, dl)
+	if len(r.finishedRunLines()) != jobs {
+		t.Errorf("%d of %d jobs done", len(r.finishedRunLines()), jobs)
 	}
-	if n, _ := rc.LLen(ctx, "echodo:orchestrator:jobs").Result(); n != 0 {
-		t.Errorf("queue still holds %d jobs", n)
+	if dl := deadLetters(); dl != "" {
+		t.Errorf("jobs dead-lettered:\n%s", dl)
 	}
-	keys, _ := rc.Keys(ctx, "echodo:orchestrator:jobs:processing:*").Result()
-	for _, k := range keys {
-		if n, _ := rc.LLen(ctx, k).Result(); n != 0 {
-			t.Errorf("%s still holds %d jobs", k, n)
+	if rc != nil {
+		if !redisSettled(rc, "echodo:orchestrator:jobs") {
+			t.Errorf("jobs left queued or held")
 		}
+	} else {
+		st, err := bus.Open(ctx, bus.Options{DatabaseURL: pg.URL()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j, ok, err := st.TakeJob(ctx, "echodo:orchestrator:jobs", "probe", time.Nanosecond); err != nil || ok {
+			t.Errorf("a job is left in the queue: %+v %v", j, err)
+		}
+		st.Close()
 	}
 	for id, status := range finishedRuns(t, r.home) {
 		if status != runrec.StatusSucceeded {
@@ -290,8 +330,8 @@ func TestWorkersSurvivePostgresOutage(t *testing.T) {
 		}
 	}
 	checkStoreClosed(t, pg.URL(), nil, runIDs, filepath.Join(r.home, "data"))
-	t.Logf("%d jobs across 3 workers; the workers logged %d store outages",
-		jobs, strings.Count(r.logs(), "store unavailable; retrying"))
+	t.Logf("%d jobs across 3 workers; the workers logged %d store and %d queue outages", jobs,
+		strings.Count(r.logs(), "store unavailable; retrying"), strings.Count(r.logs(), "queue unavailable; retrying"))
 	if t.Failed() {
 		t.Log(r.logs())
 	}

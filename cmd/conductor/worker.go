@@ -250,6 +250,18 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		if isStopped(stop) {
 			return queue.ErrInterrupted
 		}
+		if errors.Is(err, runtask.ErrSessionBusy) {
+			// Another process still runs it (it held the job until its
+			// lease ran out, e.g. through a store outage): not this job's
+			// failure. Hand it back uncounted; once that process ends, the
+			// run folder answers the next delivery.
+			log.Info("session busy in another process; handing the job back")
+			select {
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+			}
+			return queue.ErrInterrupted
+		}
 		return err
 	}
 	if res.Status == runrec.StatusCancelled && isStopped(stop) {

@@ -30,10 +30,11 @@ type Embedded struct {
 	// Poll is how often Take looks again while waiting (default 200ms).
 	Poll time.Duration
 
-	once sync.Once
-	mu   sync.Mutex
-	stop chan struct{}
-	done chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	stop    chan struct{}
+	done    chan struct{}
+	lastErr time.Time // the store's last failure seen by Take
 }
 
 // Name describes the queue.
@@ -97,8 +98,19 @@ func (e *Embedded) Take(ctx context.Context, wait time.Duration) (*Delivery, err
 	}
 	deadline := time.Now().Add(wait)
 	for {
-		job, ok, err := e.Store.TakeJob(ctx, e.Key, e.Consumer, e.lease())
+		// After the store failed us, expired leases are not taken back for
+		// one lease: the holders could not renew while it was down.
+		lease := e.lease()
+		e.mu.Lock()
+		if time.Since(e.lastErr) < lease {
+			lease = 0
+		}
+		e.mu.Unlock()
+		job, ok, err := e.Store.TakeJob(ctx, e.Key, e.Consumer, lease)
 		if err != nil {
+			e.mu.Lock()
+			e.lastErr = time.Now()
+			e.mu.Unlock()
 			return nil, fmt.Errorf("queue %s: take: %w", e.Key, err)
 		}
 		if ok {

@@ -151,6 +151,7 @@ func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error)
 	}
 	if r.o.Now().Sub(r.lastReap) > r.o.HeartbeatTTL/3 {
 		if _, err := r.Reap(ctx); err != nil {
+			r.afterOutage()
 			return nil, err
 		}
 		r.lastReap = r.o.Now()
@@ -177,6 +178,7 @@ func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error)
 		r.mu.Lock()
 		r.suspect = true
 		r.mu.Unlock()
+		r.afterOutage()
 		return nil, fmt.Errorf("redis: take from %s: %w", r.o.Key, err)
 	}
 	d := &Delivery{Payload: []byte(raw), ID: PayloadID([]byte(raw))}
@@ -202,6 +204,14 @@ func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error)
 
 // MaxAttempts is how many failed attempts bury a job.
 func (r *Redis) MaxAttempts() int { return r.o.MaxAttempts }
+
+// afterOutage holds the reaper back for one heartbeat TTL after Redis
+// failed us: heartbeats may have expired while Redis was down (or
+// restarting), and living consumers need a beat to say so before their jobs
+// are taken from them.
+func (r *Redis) afterOutage() {
+	r.lastReap = r.o.Now().Add(r.o.HeartbeatTTL)
+}
 
 // The scripts below act on a job only while it is in this consumer's
 // processing list: the lease holder's identity is checked atomically, so a
