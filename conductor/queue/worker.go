@@ -173,7 +173,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			c.runJob(ctx, jobCtx, stop, d, out, count, log)
+			c.runJob(jobCtx, stop, d, out, count, log)
 		}()
 	}
 	wg.Wait()
@@ -182,7 +182,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 
 // runJob runs one delivery to its end: done, handed back, requeued or
 // dead-lettered. Infrastructure failures are retried with the job leased.
-func (c *Consumer) runJob(ctx, jobCtx context.Context, stop <-chan struct{}, d *Delivery, out *outage,
+func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Delivery, out *outage,
 	count func(func(*Stats)), log *slog.Logger) {
 	bo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
 	max := c.Queue.MaxAttempts()
