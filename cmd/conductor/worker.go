@@ -32,6 +32,11 @@ func newWorkerCmd(d *deps) *cli.Command {
 			"idempotency key: a redelivered job whose run finished is acknowledged without\n" +
 			"running; an interrupted one resumes from its checkpoint. Backlog claims are\n" +
 			"atomic and completed with outcome, model alias and token totals.\n" +
+			"Store, queue and disk failures are waited out with backoff, the job kept\n" +
+			"leased and never charged an attempt; a job that can never run (not JSON, an\n" +
+			"unknown role or model, a missing repository) is dead-lettered at once\n" +
+			"(conductor queue dead list). A worker killed holding jobs loses them to the\n" +
+			"others when its lease (--heartbeat-ttl) runs out, on Redis and embedded.\n" +
 			"SIGTERM: stop taking jobs, let running ones checkpoint at their next step and\n" +
 			"hand them back to the queue, exit within --grace. See docs/queue.md.",
 		Flags: append(append(queueFlags(), runTaskFlags()...),
