@@ -2,12 +2,15 @@ package runtask
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
@@ -112,5 +115,65 @@ func TestResumeAfterOutsideFailure(t *testing.T) {
 				t.Fatalf("the new model got %d requests, want 1", n)
 			}
 		})
+	}
+}
+
+// downStore fails every write and read while down is set.
+type downStore struct {
+	*memStore
+	down atomic.Bool
+}
+
+var errStoreDown = errors.New("connect: connection refused")
+
+func (s *downStore) PutRun(ctx context.Context, r bus.Run) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.memStore.PutRun(ctx, r)
+}
+func (s *downStore) PutCheckpoint(ctx context.Context, c bus.Checkpoint) error {
+	if s.down.Load() {
+		return errStoreDown
+	}
+	return s.memStore.PutCheckpoint(ctx, c)
+}
+func (s *downStore) PendingNotes(ctx context.Context, runID string) ([]bus.Note, error) {
+	if s.down.Load() {
+		return nil, errStoreDown
+	}
+	return s.memStore.PendingNotes(ctx, runID)
+}
+
+// TestStoreOutageWarnsOncePerOutage: a run goes on through a store outage
+// and says so once when it starts and once when it ends, not once per step.
+func TestStoreOutageWarnsOncePerOutage(t *testing.T) {
+	f := newFixture(t)
+	f.env["WORKER_CHECKPOINT_EVERY_N_STEPS"] = "1"
+	store := &downStore{memStore: newMemStore()}
+	var turns []func(ModelRequest) (ModelReply, error)
+	for i, path := range []string{"README.md", "main.go", "lib/util.go", ".gitignore", "README.md", "main.go"} {
+		turns = append(turns, func(ModelRequest) (ModelReply, error) {
+			store.down.Store(i >= 1 && i < 4) // down for three steps
+			return callReply(ToolReadFile, map[string]any{"path": path}), nil
+		})
+	}
+	m := &scriptModel{turns: append(turns, finalTurn("ok"))}
+	opts := f.opts(testTask("outage"), m)
+	opts.Store = store
+	var stderr strings.Builder
+	opts.Stderr = &stderr
+	res, err := Run(context.Background(), opts)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("run: %+v %v", res, err)
+	}
+	if n := strings.Count(stderr.String(), "bus store unavailable"); n != 1 {
+		t.Fatalf("%d outage warnings, want 1:\n%s", n, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "bus store reachable again"); n != 1 {
+		t.Fatalf("%d recovery lines, want 1:\n%s", n, stderr.String())
+	}
+	if run, err := store.GetRun(context.Background(), res.RunID); err != nil || run.Status != runrec.StatusSucceeded {
+		t.Fatalf("store run after the outage: %+v %v", run, err)
 	}
 }

@@ -162,6 +162,7 @@ type runner struct {
 	// outside: the loop failed from an outside cause (model server, disk):
 	// the run is recorded resumable. reopen: Resume continues such a run.
 	outside, reopen bool
+	storeDown       bool // the bus store failed: warned once, until it answers again
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -617,9 +618,7 @@ func (r *runner) record(ctx context.Context) error {
 			ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
 			TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
 			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
-		if err := r.opts.Store.PutRun(context.WithoutCancel(ctx), run); err != nil {
-			r.warnf("bus store: record run %s: %v", res.RunID, err)
-		}
+		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), run), "record run "+res.RunID)
 	}
 	return nil
 }
