@@ -88,6 +88,13 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 	}
 	if task.Role != "" {
 		if _, err := loadRunRole(c, runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
+			// A repository may define its own roles (roles/): unless it is
+			// here to look at, an unknown role cannot be told from one the
+			// worker's host will find.
+			if _, rerr := runtask.ResolveRepo("", task.Workspace, cfg, d.Getenv); rerr != nil {
+				fmt.Fprintf(d.Stderr, "conductor: enqueue: role %q is not a default role and workspace %q is not here to check its roles/; queued anyway\n", task.Role, task.Workspace)
+				return nil
+			}
 			return err
 		}
 	}
