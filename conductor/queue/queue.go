@@ -1,8 +1,14 @@
 // Package queue is the job queue workers consume: Redis for many hosts
 // (reliable delivery: BLMOVE into a per-consumer processing list, a heartbeat
 // key per consumer, a reaper returning the jobs of dead consumers, a
-// dead-letter list after N failed attempts), or the embedded store's queue
-// table for cron on one machine.
+// dead-letter list), or the embedded store's queue table for cron on one
+// machine (leases renewed by a heartbeat, expired ones taken back). On both,
+// only the lease holder can finish a job.
+//
+// The Consumer decides a job's fate from its handler's error: infrastructure
+// failures (Infra: store, queue, disk) are waited out with backoff and never
+// counted as attempts; Permanent failures (bad input) are dead-lettered at
+// once; other failures count until MaxAttempts.
 //
 // Producers may keep LPUSH/RPUSH-ing to the same list seed tools BLPOP from:
 // the payload format on the list is the job itself, unchanged.
