@@ -529,3 +529,33 @@ func TestWorkerDeadLettersBadInputOnFirstAttempt(t *testing.T) {
 		t.Errorf("bad input left run folders: %v", dirs)
 	}
 }
+
+// TestWorkerWaitsForStoreAtStart: a long-running worker started while
+// PostgreSQL is down says so once and waits; when the server comes up it
+// runs the queued jobs. (--once fails instead: cron tries again.)
+func TestWorkerWaitsForStoreAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	pg := testenv.PrivatePostgres(t)
+	const jobs = 2
+	r := newFaultRig(t, jobs, "REDIS_URL="+testenv.Redis(t), "DATABASE_URL="+pg.URL())
+	r.enqueueAll()
+	pg.Stop("fast")
+	if _, err := r.conductor("worker", "--once", "--sandbox", "none"); err == nil {
+		t.Fatal("worker --once with the store down exited 0")
+	}
+	w := r.startWorker()
+	waitCond(t, "the worker to report the store down", func() bool {
+		return strings.Contains(w.out.String(), "bus store unreachable; retrying")
+	}, r.logs)
+	pg.Start()
+	waitCond(t, "every job done", func() bool { return len(r.finishedRunLines()) == jobs }, r.logs)
+	if w.cmd.ProcessState != nil {
+		t.Fatalf("the worker exited: %v", w.cmd.ProcessState)
+	}
+	r.stopWorkers()
+	if n := strings.Count(w.out.String(), "bus store unreachable; retrying"); n != 1 {
+		t.Errorf("%d outage lines, want 1\n%s", n, r.logs())
+	}
+}
