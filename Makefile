@@ -8,7 +8,7 @@ FUZZTIME ?= 10s
 PI_DIR  ?= /opt/conductor/pi
 PI_VERSION := 0.73.1
 
-.PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak pi man help
+.PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak soak-queue pi man help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -57,6 +57,12 @@ pi: ## install the pi coding agent for tasks with "runtime": "pi" (npm, into PI_
 man: build ## write the conductor(1) man page to docs/man/conductor.1
 	mkdir -p docs/man
 	$(BIN) man > docs/man/conductor.1
+
+QUEUE_TRIALS ?= 20
+QUEUE_FAULTS := TestWorkersSurvivePostgresOutage|TestEmbeddedQueueReclaimsKilledWorkersJobs|TestWorkerSurvivesRedisRestart|TestWorkersRedisKillAndResume|TestConsumerSurvivesRedisRestart|TestConsumerInfraErrorsAreNotAttempts|TestRedisZombieCannotFinishReapedJob|TestEmbeddedLeaseReclaim
+
+soak-queue: ## queue fault trials (QUEUE_TRIALS=20 each): PostgreSQL and Redis stopped, workers killed, at random moments
+	$(GO) test -count=$(QUEUE_TRIALS) -p 1 -run '^($(QUEUE_FAULTS))$$' -timeout 120m ./conductor/queue ./cmd/conductor
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

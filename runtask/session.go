@@ -111,7 +111,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 		}
 		opts.Task = t
 	}
-	if runrec.Final(prev.Status) {
+	if runrec.Final(prev.Status) && !prev.Resumable {
 		return prev, nil
 	}
 	opts.RunID = runID
@@ -119,6 +119,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 	if err != nil {
 		return runrec.Result{}, err
 	}
+	r.reopen = prev.Resumable
 	return r.run(ctx, runID)
 }
 
@@ -160,6 +161,10 @@ type runner struct {
 	started  time.Time
 	stopText string
 	pi       PiInstall // the pi install, for runtime pi
+	// outside: the loop failed from an outside cause (model server, disk):
+	// the run is recorded resumable. reopen: Resume continues such a run.
+	outside, reopen bool
+	storeDown       bool // the bus store failed: warned once, until it answers again
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -253,7 +258,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).
-	if r.opts.RunID != "" {
+	if r.opts.RunID != "" && !r.reopen {
 		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && runrec.Final(prev.Status) {
 			return prev, nil
 		}
@@ -286,7 +291,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	t := r.task
 	if resumeID != "" {
 		if st != nil && st.RunID == resumeID {
-			if runrec.Final(st.Status) {
+			if runrec.Final(st.Status) && !r.reopen {
 				return modeFinished, nil
 			}
 			return modeContinue, nil
@@ -353,32 +358,8 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 		st.Status = runrec.StatusRunning
 	}
-	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
-	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
-	}
-	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
-	}
-	r.errFile = errFile
-	defer errFile.Close()
-	r.stderr = errFile
-	if r.opts.Stderr != nil {
-		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
-	}
-	r.ev = &emitter{w: r.opts.Events, json: r.opts.JSON}
-	if r.stopText != "" {
-		r.warnf("the role %s does not allow %s: not offered to the model", r.opts.Role.Name(), r.stopText)
-		r.stopText = ""
-	}
-	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
-	if err != nil {
-		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
-	}
-	defer r.log.Close()
-
-	// Model.
+	// Model: resolved before the run folder exists, so that an unknown
+	// alias or a missing key leaves no phantom run behind.
 	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
 	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
 		alias = r.opts.Registry.Default()
@@ -412,6 +393,31 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
 	}
 	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
+
+	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
+	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	r.errFile = errFile
+	defer errFile.Close()
+	r.stderr = errFile
+	if r.opts.Stderr != nil {
+		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
+	}
+	r.ev = &emitter{w: r.opts.Events, json: r.opts.JSON}
+	if r.stopText != "" {
+		r.warnf("the role %s does not allow %s: not offered to the model", r.opts.Role.Name(), r.stopText)
+		r.stopText = ""
+	}
+	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
+	}
+	defer r.log.Close()
 
 	if mode != modeContinue {
 		if err := r.writeTask(); err != nil {
@@ -455,7 +461,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	// (defence in depth: the scan after each command is the boundary).
 	gitlinks, _ := patch.IndexGitlinks(filepath.Join(r.lease.Meta.GitDir, "index"))
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks, warn: r.stderr}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}
@@ -652,9 +658,7 @@ func (r *runner) record(ctx context.Context) error {
 			ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
 			TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
 			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
-		if err := r.opts.Store.PutRun(context.WithoutCancel(ctx), run); err != nil {
-			r.warnf("bus store: record run %s: %v", res.RunID, err)
-		}
+		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), run), "record run "+res.RunID)
 	}
 	return nil
 }
@@ -682,6 +686,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	res.Status = status
 	res.Error = msg
 	res.FinishedAt = r.now()
+	res.Resumable = status == runrec.StatusFailed && r.outside
 	safe := true
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
@@ -711,7 +716,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	if err := r.record(ctx); err != nil {
 		return res, err
 	}
-	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
 	if resumable && r.lease != nil {
 		r.checkpoint(ctx)
 	}
@@ -813,6 +818,8 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 			return s, m // a reply after the limit is not used
 		}
 		if err != nil {
+			var me *ModelError
+			r.outside = errors.As(err, &me) && me.Outside()
 			return runrec.StatusFailed, "model: " + err.Error()
 		}
 		st.Step++
@@ -823,6 +830,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
 		if err := r.save(); err != nil {
+			r.outside = true // the disk
 			return runrec.StatusFailed, "session state: " + err.Error()
 		}
 		var tok *int64

@@ -51,6 +51,7 @@ type toolbox struct {
 	// readOnly are the base tree's submodule folders, read-only to
 	// commands (sandbox.Spec.ReadOnlyDirs).
 	readOnly []string
+	warn     io.Writer // the run's stderr (kept in stderr.txt): the sandbox's warnings
 }
 
 // toolResult is one executed call.
@@ -670,6 +671,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		OutputLimit:  fullOutputLimit,
 		MemoryLimit:  tb.lim.MemoryLimit,
 		ReadOnlyDirs: tb.readOnly,
+		Warn:         tb.warn,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)

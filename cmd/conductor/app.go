@@ -151,6 +151,7 @@ func newApp(d *deps) *cli.App {
 			newPushCmd(d),
 			newEnqueueCmd(d),
 			newWorkerCmd(d),
+			newQueueCmd(d),
 			newNoteCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),

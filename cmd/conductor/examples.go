@@ -46,6 +46,28 @@ var examples = map[string][]string{
 		"conductor runs list",
 		"conductor runs list --task t-worker-fix --status failed --json",
 	},
+	"runs reconcile": {
+		"conductor runs reconcile          # store rows left running by a crash, repaired from the run folders",
+	},
+	"queue": {
+		"conductor queue dead list",
+		"conductor queue dead retry JOB",
+	},
+	"queue dead": {
+		"conductor queue dead list --json",
+		"conductor queue dead retry JOB",
+		"conductor queue dead drop JOB",
+	},
+	"queue dead list": {
+		"conductor queue dead list",
+		"REDIS_URL=redis://queue:6379/0 conductor queue dead list --json",
+	},
+	"queue dead retry": {
+		"conductor queue dead retry JOB    # back on the queue, attempts reset",
+	},
+	"queue dead drop": {
+		"conductor queue dead drop JOB",
+	},
 	"runs show": {
 		"conductor runs show RUN",
 		"conductor runs show RUN --transcript",

@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -123,6 +123,9 @@ var migrations = []migration{
 			last_error  TEXT NOT NULL DEFAULT ''
 		)`,
 		`CREATE INDEX jobs_ready ON jobs (queue, taken_by, dead_at, id)`,
+	}},
+	{version: 2, name: "claim reason", stmts: []string{
+		`ALTER TABLE claims ADD COLUMN reason TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 

@@ -14,6 +14,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -62,6 +63,10 @@ type Spec struct {
 	// a parent folder away; the conductor's worktree scan after every
 	// command is the boundary.
 	ReadOnlyDirs []string
+	// Warn receives this command's warnings (the none backend's "NO
+	// isolation"): a run passes its own stderr, which is kept in the run
+	// folder's stderr.txt. Nil: Options.Warn.
+	Warn io.Writer
 }
 
 // Mount is one extra bind of a host path, at the same path inside.
