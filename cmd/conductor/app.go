@@ -132,6 +132,7 @@ func newApp(d *deps) *cli.App {
 			newEnqueueCmd(d),
 			newWorkerCmd(d),
 			newNoteCmd(d),
+			newMCPCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
 			newVersionCmd(d),
