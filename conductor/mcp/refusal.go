@@ -15,10 +15,6 @@ const (
 	CodeListenNeedsToken = "listen-needs-token"
 )
 
-func refusef(code, fix, format string, args ...any) error {
-	return policy.Refusef(code, fix, format, args...)
-}
-
 // toolError is what an agent reads when a tool says no: the refusal's code,
 // its sentence and its fix, so the agent can act on it.
 type toolError struct{ err error }
