@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 )
@@ -249,32 +250,8 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// TestMCPListenRefusals: a non-loopback address without a token is refused
-// (3) before anything is opened; a malformed one is a usage error.
-func TestMCPListenRefusals(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
-		{"non-loopback without token", []string{"mcp", "--listen", "0.0.0.0:0"}, exitRefused,
-			"refused: listen-needs-token: --listen 0.0.0.0:0 is not a loopback address and no token is set"},
-		{"no port", []string{"mcp", "--listen", "127.0.0.1"}, exitError, "want host:port"},
-		{"arguments", []string{"mcp", "extra"}, exitUsage, "mcp takes no arguments"},
-		{"lease", []string{"mcp", "--lease", "0s"}, exitUsage, "--lease"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			root := t.TempDir()
-			t.Setenv("CONDUCTOR_MCP_TOKEN", "")
-			var stdout, stderr bytes.Buffer
-			code := run(append([]string{"conductor", "--data-root", root}, tc.args...), strings.NewReader(""), &stdout, &stderr)
-			if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
-				t.Fatalf("exit %d stderr %q, want %d and %q", code, stderr.String(), tc.code, tc.want)
-			}
-			if _, err := os.Stat(filepath.Join(root, bus.FileName)); err == nil {
-				t.Fatal("a refused start opened the store")
-			}
-		})
-	}
+// TestScriptMCP runs testdata/script/mcp: the start refusals (a
+// non-loopback --listen without a token, bad flags) and the help.
+func TestScriptMCP(t *testing.T) {
+	testscript.Run(t, scriptParams("mcp", nil))
 }

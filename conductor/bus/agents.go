@@ -342,11 +342,17 @@ func (s *sqlStore) ClaimLease(ctx context.Context, req LeaseRequest) (LeaseResul
 				return err
 			}
 			if n != 1 {
+				// Another claimant took it over first (PostgreSQL's
+				// read-committed writers can interleave here).
 				cur, err := getClaimRow(ctx, q, req.TaskID)
 				if err != nil {
 					return err
 				}
-				return claimedRefusal(req.TaskID, cur, nil)
+				var cl *Lease
+				if l, _, err := getLease(ctx, q, req.TaskID); err == nil {
+					cl = &l
+				}
+				return claimedRefusal(req.TaskID, cur, cl)
 			}
 			if _, err := q.exec(ctx, `UPDATE runs SET status = 'cancelled', finished_at = ?, outcome = ? WHERE id = ? AND status = 'running'`,
 				ts(now), fmt.Sprintf("lease expired at %s; task reclaimed by %s (run %s)", prev.ExpiresAt.Format(time.RFC3339), req.Holder, req.Run.ID),

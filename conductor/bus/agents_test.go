@@ -131,6 +131,15 @@ func TestLeaseLifecycle(t *testing.T) {
 		_, err = s.ClaimLease(ctx, lease("t-1", "carol", "r-c", "tok-c"))
 		wantCode(t, err, bus.CodeTaskCompleted)
 
+		// An expired lease nobody took over can still be completed.
+		if _, err := s.ClaimLease(ctx, lease("t-3", "dan", "r-dan", "tok-dan")); err != nil {
+			t.Fatal(err)
+		}
+		c.Advance(time.Hour)
+		if _, _, err := s.CompleteLease(ctx, bus.LeaseCompletion{RunID: "r-dan", Token: "tok-dan", Status: "failed"}); err != nil {
+			t.Fatalf("completing an expired, untaken lease: %v", err)
+		}
+
 		// A conductor worker's claim has no lease: refused, naming the run.
 		if _, err := s.ClaimTask(ctx, "t-2", "r-worker"); err != nil {
 			t.Fatal(err)
@@ -153,7 +162,7 @@ func TestLeaseLifecycle(t *testing.T) {
 }
 
 func TestLeaseConcurrentClaims(t *testing.T) {
-	agentBackends(t, func(t *testing.T, s bus.AgentStore, _ *bustest.Clock) {
+	agentBackends(t, func(t *testing.T, s bus.AgentStore, c *bustest.Clock) {
 		ctx := context.Background()
 		const n = 12
 		var (
@@ -186,6 +195,43 @@ func TestLeaseConcurrentClaims(t *testing.T) {
 		runs, err := s.ListRuns(ctx, bus.RunFilter{TaskID: "t-race"})
 		if err != nil || len(runs) != 1 || runs[0].ID != "r-"+wins[0] {
 			t.Fatalf("runs %+v, %v", runs, err)
+		}
+
+		// The lease expires: many take it over at once, one wins.
+		c.Advance(2 * time.Minute)
+		first := wins[0]
+		wins = nil
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				who := fmt.Sprint("late-", i)
+				_, err := s.ClaimLease(ctx, lease("t-race", who, "r-"+who, "tok-"+who))
+				var r *policy.Refusal
+				switch {
+				case err == nil:
+					mu.Lock()
+					wins = append(wins, who)
+					mu.Unlock()
+				case errors.As(err, &r) && r.Code == bus.CodeTaskClaimed:
+					if !strings.Contains(err.Error(), "claimed by late-") {
+						t.Errorf("%s: refusal does not name the new holder: %v", who, err)
+					}
+				default:
+					t.Errorf("%s: %v", who, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(wins) != 1 {
+			t.Fatalf("take-over winners %v, want exactly one", wins)
+		}
+		if run, _ := s.GetRun(ctx, "r-"+first); run.Status != "cancelled" {
+			t.Fatalf("the expired lease's run is %q", run.Status)
+		}
+		cl, err := s.GetClaim(ctx, "t-race")
+		if err != nil || cl.Claimant != "r-"+wins[0] {
+			t.Fatalf("claim %+v, %v", cl, err)
 		}
 	})
 }
