@@ -636,6 +636,14 @@ func TestHTTP(t *testing.T) {
 	if cl.Claimant != w.RunID || cl.Completion == nil || *cl.Completion.TotalTokens != 7 {
 		t.Fatalf("claim after HTTP completion = %+v", cl)
 	}
+	run, err := f.store.GetRun(ctx, w.RunID)
+	must(t, err)
+	if run.Status != "succeeded" || run.TaskID != "t-1" || *run.TotalTokens != 7 || run.FinishedAt.IsZero() {
+		t.Fatalf("run after HTTP completion = %+v", run)
+	}
+	if runs, _ := f.store.ListRuns(ctx, bus.RunFilter{TaskID: "t-1"}); len(runs) != 1 {
+		t.Fatalf("the losing HTTP claim left a run: %+v", runs)
+	}
 }
 
 func TestCheckListen(t *testing.T) {
