@@ -55,7 +55,11 @@ func loopback(host string) bool {
 
 // Handler is the streamable HTTP endpoint behind the bearer token.
 func (s *Server) Handler(token string) http.Handler {
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp }, &sdk.StreamableHTTPOptions{Logger: s.o.Log})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.mcp }, &sdk.StreamableHTTPOptions{
+		Logger: s.o.Log,
+		// A client that vanished does not keep its session forever.
+		SessionTimeout: time.Hour,
+	})
 	return requireBearer(token, h)
 }
 

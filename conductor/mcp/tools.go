@@ -241,9 +241,6 @@ func (s *Server) claimTask(ctx context.Context, _ *sdk.CallToolRequest, in claim
 		Run: bus.Run{ID: runID, Session: firstOf(t.Task.Session, agent), Role: t.Task.Role, ModelAlias: t.Task.Model},
 	})
 	if err != nil {
-		if in.LeaseToken != "" && errors.Is(err, bus.ErrConflict) {
-			err = fmt.Errorf("%w (the leaseToken given is not the current lease's, so nothing was renewed)", err)
-		}
 		return nil, claimOut{}, explain(err)
 	}
 	if !res.Renewed {
