@@ -527,6 +527,14 @@ func TestNotesAndDecisions(t *testing.T) {
 	if len(pending) != 1 || pending[0].Text != "also update the docs" || pending[0].ID != n.ID {
 		t.Fatalf("pending notes = %+v", pending)
 	}
+	var got struct {
+		PendingNotes int        `json:"pendingNotes"`
+		Notes        []bus.Note `json:"notes"`
+	}
+	mustCall(t, cs, "get_run", map[string]any{"runId": c.RunID}, &got)
+	if got.PendingNotes != 1 || len(got.Notes) != 1 || got.Notes[0].Text != "also update the docs" {
+		t.Fatalf("get_run notes = %+v", got)
+	}
 	var d bus.Decision
 	sha := strings.Repeat("ab", 20)
 	mustCall(t, cs, "raise_decision", map[string]any{"raisedBy": "x", "workRef": "refs/heads/work/t-1", "commit": sha, "target": "main", "runId": c.RunID}, &d)

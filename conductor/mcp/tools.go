@@ -123,6 +123,7 @@ type getRunOut struct {
 	Verdicts        []bus.Verdict  `json:"verdicts"`
 	Lease           *bus.Lease     `json:"lease,omitempty"`
 	PendingNotes    int            `json:"pendingNotes"`
+	Notes           []bus.Note     `json:"notes"` // not yet delivered, oldest first
 	TranscriptLines int            `json:"transcriptLines"`
 	Resources       []string       `json:"resources"`
 }
@@ -189,7 +190,7 @@ func (s *Server) addTools() {
 			idProp(p["taskId"])
 		}, s.listRuns)
 	addTool(s, "get_run",
-		"One run: status, steps, tokens, patch-id, checkpoints (count, last time and step), review verdicts, its lease if an agent holds it, pending notes, and the URIs of its transcript and patch resources.",
+		"One run: status, steps, tokens, patch-id, checkpoints (count, last time and step), review verdicts, its lease if an agent holds it, the operator notes not yet delivered (an agent working on the run reads them here), and the URIs of its transcript and patch resources.",
 		func(p map[string]*jsonschema.Schema) { idProp(p["runId"]) }, s.getRun)
 	addTool(s, "add_note",
 		"Leave an operator note for a running session: it reads the note at its next turn. Refused for a run that is not running (the note would never be delivered).",
@@ -403,6 +404,11 @@ func (s *Server) getRun(ctx context.Context, _ *sdk.CallToolRequest, in getRunIn
 		return nil, getRunOut{}, explain(err)
 	}
 	out.Verdicts = append(out.Verdicts, vs...)
+	notes, err := s.o.Store.PendingNotes(ctx, in.RunID)
+	if err != nil {
+		return nil, getRunOut{}, explain(err)
+	}
+	out.Notes = append([]bus.Note{}, notes...)
 	if v.TaskID != "" {
 		if l, err := s.agents.GetLease(ctx, v.TaskID); err == nil && l.RunID == in.RunID {
 			out.Lease = &l
