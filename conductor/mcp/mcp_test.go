@@ -21,6 +21,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus/bustest"
 	"github.com/conductor-dev/conductor/conductor/mcp"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -684,3 +685,64 @@ func TestCheckListen(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return err != nil && errors.As(err, target) }
+
+// TestTwoHostsOnePostgres: two servers (as on two hosts) on one PostgreSQL
+// store, one client each, claim the same tasks at once: one winner each
+// time, and the winner's completion is seen by the other server.
+func TestTwoHostsOnePostgres(t *testing.T) {
+	url := testenv.Postgres(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	backlog := filepath.Join(root, "backlog")
+	must(t, os.MkdirAll(backlog, 0o755))
+	var sessions []*sdk.ClientSession
+	for i := range 2 {
+		st, err := bus.Open(ctx, bus.Options{DatabaseURL: url})
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		srv, err := mcp.New(mcp.Options{Store: st, RunsDir: filepath.Join(root, fmt.Sprint("runs-", i)), BacklogDir: backlog})
+		must(t, err)
+		f := &fixture{t: t, srv: srv}
+		sessions = append(sessions, f.client(fmt.Sprint("host-", i)))
+	}
+	for round := range 4 {
+		taskID := fmt.Sprint("t-pg-", round)
+		must(t, os.WriteFile(filepath.Join(backlog, taskID+".json"), []byte(task(taskID)), 0o644))
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			wins []claimed
+		)
+		for i, cs := range sessions {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var c claimed
+				if ok, text := call(t, cs, "claim_task", map[string]any{"taskId": taskID, "agent": fmt.Sprint("host-", i)}, &c); ok {
+					mu.Lock()
+					wins = append(wins, c)
+					mu.Unlock()
+				} else if !strings.Contains(text, "task-claimed") {
+					t.Errorf("loser's refusal: %q", text)
+				}
+			}()
+		}
+		wg.Wait()
+		if len(wins) != 1 {
+			t.Fatalf("%s: winners %+v", taskID, wins)
+		}
+		w := wins[0]
+		winner, other := sessions[0], sessions[1]
+		if w.Holder == "host-1" {
+			winner, other = other, winner
+		}
+		mustCall(t, winner, "complete_task", map[string]any{"runId": w.RunID, "leaseToken": w.LeaseToken, "outcome": "succeeded", "modelAlias": "m"}, nil)
+		var tasks struct {
+			Tasks []struct{ ID, State, RunID string } `json:"tasks"`
+		}
+		mustCall(t, other, "list_tasks", map[string]any{"state": "completed"}, &tasks)
+		if !slices.ContainsFunc(tasks.Tasks, func(r struct{ ID, State, RunID string }) bool { return r.ID == taskID && r.RunID == w.RunID }) {
+			t.Fatalf("the other host does not see %s completed by %s: %+v", taskID, w.RunID, tasks.Tasks)
+		}
+	}
+}
