@@ -153,6 +153,7 @@ func newApp(d *deps) *cli.App {
 			newWorkerCmd(d),
 			newQueueCmd(d),
 			newNoteCmd(d),
+			newMCPCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
 			newVersionCmd(d),

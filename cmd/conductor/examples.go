@@ -159,6 +159,10 @@ var examples = map[string][]string{
 		"conductor version",
 		"conductor version --json",
 	},
+	"mcp": {
+		"conductor mcp                                  # MCP over stdio, for an agent that starts it",
+		"CONDUCTOR_MCP_TOKEN=$(cat ~/.config/conductor/mcp.token) conductor mcp --listen 127.0.0.1:8765",
+	},
 	"completion": {
 		"source <(conductor completion bash)",
 		"conductor completion zsh > \"${fpath[1]}/_conductor\"",
