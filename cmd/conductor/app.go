@@ -134,6 +134,7 @@ func newApp(d *deps) *cli.App {
 			newNoteCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
+			newServeCmd(d),
 			newVersionCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
