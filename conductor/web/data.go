@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
@@ -259,7 +260,7 @@ func (s *Server) decisionCard(ctx context.Context, d bus.Decision) (decisionCard
 		}
 	}
 	if d.Open() && d.Repo != "" && d.Commit != "" && d.Target != "" {
-		files, err := s.diffstat(ctx, d)
+		files, err := s.cachedDiffstat(ctx, d)
 		if err == nil {
 			c.Files, c.FilesFrom = files, "repository"
 		} else if c.Problem == "" {
@@ -341,7 +342,7 @@ func (s *Server) landedRows(ctx context.Context) ([]landedRow, error) {
 		switch {
 		case err == nil:
 			row.Decision = &d
-			row.Trailers = s.trailers(ctx, d.Repo, l.Commit)
+			row.Trailers = s.cachedTrailers(ctx, d.Repo, l.Commit)
 		case !errors.Is(err, bus.ErrNotFound):
 			return nil, err
 		}
@@ -417,4 +418,64 @@ func (s *Server) queuePage(ctx context.Context) (queuePage, error) {
 		}
 	}
 	return p, nil
+}
+
+// gitCache keeps what live pages read from repositories, so that polling
+// does not run git every second: a diffstat for a while (the target may
+// move), a landed commit's trailers for good (a commit never changes).
+type gitCache struct {
+	mu        sync.Mutex
+	diffstats map[string]cachedStat
+	trailers  map[string][]string
+}
+
+type cachedStat struct {
+	files []review.FileStat
+	err   error
+	at    time.Time
+}
+
+const diffstatTTL = 15 * time.Second
+
+func (s *Server) cachedDiffstat(ctx context.Context, d bus.Decision) ([]review.FileStat, error) {
+	key := d.Repo + "\x00" + d.Target + "\x00" + d.Commit
+	now := time.Now()
+	s.git.mu.Lock()
+	c, ok := s.git.diffstats[key]
+	s.git.mu.Unlock()
+	if ok && now.Sub(c.at) < diffstatTTL {
+		return c.files, c.err
+	}
+	files, err := s.diffstat(ctx, d)
+	if ctx.Err() != nil {
+		return files, err // not cached: the request went away
+	}
+	s.git.mu.Lock()
+	if len(s.git.diffstats) > 1024 {
+		clear(s.git.diffstats)
+	}
+	s.git.diffstats[key] = cachedStat{files: files, err: err, at: now}
+	s.git.mu.Unlock()
+	return files, err
+}
+
+func (s *Server) cachedTrailers(ctx context.Context, repo, commit string) []string {
+	key := repo + "\x00" + commit
+	s.git.mu.Lock()
+	t, ok := s.git.trailers[key]
+	s.git.mu.Unlock()
+	if ok {
+		return t
+	}
+	t = s.trailers(ctx, repo, commit)
+	if t == nil {
+		return nil // retried next time (the repository may come back)
+	}
+	s.git.mu.Lock()
+	if len(s.git.trailers) > 4096 {
+		clear(s.git.trailers)
+	}
+	s.git.trailers[key] = t
+	s.git.mu.Unlock()
+	return t
 }

@@ -52,6 +52,7 @@ type Server struct {
 	pages   map[string]*template.Template
 	mux     *http.ServeMux
 	streams chan struct{}
+	git     gitCache
 	// readsNeedToken: off loopback, pages need a session or bearer too.
 	readsNeedToken bool
 }
@@ -83,6 +84,7 @@ func New(o Options) (*Server, error) {
 		o:              o,
 		auth:           &auth{ops: o.Operators, now: o.Now, sessions: map[string]session{}},
 		streams:        make(chan struct{}, o.MaxStreams),
+		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}},
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
 	if v, err := bus.ViewsOf(o.Store); err == nil {

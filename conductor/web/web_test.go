@@ -567,3 +567,36 @@ func waitEvent(t *testing.T, ch <-chan sse, name string) sse {
 		}
 	}
 }
+
+// TestRunStops: Run serves on a real port and returns when its context
+// ends, even with a live page open.
+func TestRunStops(t *testing.T) {
+	st, err := bus.Open(context.Background(), bus.Options{DataRoot: t.TempDir()})
+	must(t, err)
+	defer st.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- web.Run(ctx, web.Options{Store: st, Listen: "127.0.0.1:0", Poll: 10 * time.Millisecond,
+			Ready: func(addr string) { ready <- addr }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	}
+	res, err := http.Get("http://" + addr + "/events?view=runs")
+	must(t, err)
+	defer res.Body.Close()
+	events := readEvents(t, res.Body)
+	waitEvent(t, events, "live")
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	for range events {
+	}
+}
