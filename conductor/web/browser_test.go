@@ -137,7 +137,7 @@ func newBrowserEnv(t *testing.T) *browserEnv {
 	must(t, err)
 	e.role, err = e.pol.Role("tester")
 	must(t, err)
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": filepath.Join(root, "home")}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": filepath.Join(root, "home"), "WORKER_CHECKPOINT_EVERY_N_STEPS": "1"}
 	e.getenv = func(k string) string { return env[k] }
 	e.sb, err = sandbox.NewWithOptions(sandbox.BackendNone, sandbox.Options{Warn: io.Discard})
 	must(t, err)
@@ -161,7 +161,8 @@ func (e *browserEnv) run(ctx context.Context, session string, model func(runtask
 		client = model(client)
 	}
 	task := runtask.Task{TaskVersion: 1, ID: "t-" + session, Prompt: "Make the answer 42.", Workspace: "repo",
-		Capabilities: runtask.Capabilities{Tools: []string{"read", "write", "edit"}}, Session: session, TimeoutSeconds: 600}
+		Capabilities: runtask.Capabilities{Tools: []string{"read", "write", "edit"}}, Session: session, TimeoutSeconds: 600,
+		Harness: "code", MaxSteps: 20}
 	return runtask.Run(ctx, runtask.Options{Task: task, Config: e.cfg, Repo: e.repo, Model: client, ModelName: "qwen2.5-coder:7b",
 		ModelAlias: "ollama-qwen", Role: e.role, Sandbox: e.sb, Store: e.store, Getenv: e.getenv, Stderr: io.Discard})
 }
@@ -297,13 +298,18 @@ func TestBrowser(t *testing.T) {
 	// The runs table: both runs, with their status and model.
 	doneRow := text(fmt.Sprintf(`tr[data-run="%s"]`, done.RunID))
 	liveRow := text(fmt.Sprintf(`tr[data-run="%s"]`, liveID))
-	for _, want := range []string{"succeeded", "tester", "ollama-qwen"} {
+	for _, want := range []string{"succeeded", "tester", "builtin", "code", "ollama-qwen", "3/20"} {
 		if !strings.Contains(doneRow, want) {
 			t.Errorf("the finished run's row %q lacks %q", doneRow, want)
 		}
 	}
 	if !strings.Contains(liveRow, "running") {
 		t.Errorf("the live run's row %q does not say running", liveRow)
+	}
+	cps, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(fmt.Sprintf(`tr[data-run="%s"] td[data-label="checkpoints"]`, done.RunID))))
+	must(t, err)
+	if cps == "0" || cps == "" {
+		t.Errorf("the finished run shows %q checkpoints; it checkpointed every step", cps)
 	}
 
 	// The run page of the run in progress: a new transcript entry arrives

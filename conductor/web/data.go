@@ -31,9 +31,58 @@ const (
 // runRow is one line of the runs table.
 type runRow struct {
 	bus.RunSummary
+	Task           taskInfo
 	Checkpoints    int
 	LastCheckpoint time.Time
 	Elapsed        time.Duration
+}
+
+// taskInfo is what the run folder's task.json says of how the run is
+// driven (the fields are optional in a task file).
+type taskInfo struct {
+	Runtime  string `json:"runtime"`
+	Harness  string `json:"harness"`
+	MaxSteps int    `json:"maxSteps"`
+	Known    bool   `json:"-"` // the task file was read
+}
+
+// RuntimeName is the runtime the task asked for ("builtin" by default).
+func (t taskInfo) RuntimeName() string {
+	switch {
+	case !t.Known:
+		return ""
+	case t.Runtime == "":
+		return "builtin"
+	}
+	return t.Runtime
+}
+
+// taskOf reads a run's task.json once (it is written when the run starts
+// and never changes).
+func (s *Server) taskOf(id string) taskInfo {
+	s.git.mu.Lock()
+	t, ok := s.git.tasks[id]
+	s.git.mu.Unlock()
+	if ok {
+		return t
+	}
+	f, err := os.Open(s.runDir(id).Path(runrec.TaskFile))
+	if err != nil {
+		return taskInfo{}
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil || json.Unmarshal(b, &t) != nil {
+		return taskInfo{}
+	}
+	t.Known = true
+	s.git.mu.Lock()
+	if len(s.git.tasks) > 8192 {
+		clear(s.git.tasks)
+	}
+	s.git.tasks[id] = t
+	s.git.mu.Unlock()
+	return t
 }
 
 func (s *Server) runRows(ctx context.Context) ([]runRow, error) {
@@ -50,7 +99,11 @@ func (s *Server) runRows(ctx context.Context) ([]runRow, error) {
 	out := make([]runRow, 0, len(runs))
 	for _, r := range runs {
 		st := stats[r.ID]
-		out = append(out, runRow{RunSummary: r, Checkpoints: st.Count, LastCheckpoint: st.LastAt, Elapsed: s.elapsed(r)})
+		row := runRow{RunSummary: r, Checkpoints: st.Count, LastCheckpoint: st.LastAt, Elapsed: s.elapsed(r)}
+		if bus.CheckRunID(r.ID) == nil {
+			row.Task = s.taskOf(r.ID)
+		}
+		out = append(out, row)
 	}
 	return out, nil
 }
@@ -70,6 +123,7 @@ func (s *Server) elapsed(r bus.RunSummary) time.Duration {
 // runPage is everything the run page shows.
 type runPage struct {
 	View        bus.RunView
+	Task        taskInfo
 	Elapsed     time.Duration
 	Running     bool
 	Checkpoints []bus.CheckpointSummary
@@ -95,7 +149,7 @@ func (s *Server) loadRun(ctx context.Context, id string) (runPage, error) {
 	if err != nil {
 		return runPage{}, err
 	}
-	p := runPage{View: v, Elapsed: s.elapsed(v.RunSummary), Running: v.Status == runrec.StatusRunning}
+	p := runPage{View: v, Task: s.taskOf(id), Elapsed: s.elapsed(v.RunSummary), Running: v.Status == runrec.StatusRunning}
 	if s.views != nil {
 		if p.Checkpoints, err = s.views.ListCheckpoints(ctx, id); err != nil {
 			return runPage{}, err
@@ -427,6 +481,7 @@ type gitCache struct {
 	mu        sync.Mutex
 	diffstats map[string]cachedStat
 	trailers  map[string][]string
+	tasks     map[string]taskInfo
 }
 
 type cachedStat struct {

@@ -84,7 +84,7 @@ func New(o Options) (*Server, error) {
 		o:              o,
 		auth:           &auth{ops: o.Operators, now: o.Now, sessions: map[string]session{}},
 		streams:        make(chan struct{}, o.MaxStreams),
-		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}},
+		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}},
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
 	if v, err := bus.ViewsOf(o.Store); err == nil {

@@ -79,6 +79,7 @@ func (e *env) fill() {
 	dir := runrec.Dir(filepath.Join(e.runsDir, "r-done"))
 	must(t, dir.WriteResult(runrec.Result{RunID: "r-done", TaskID: "t-answer", Session: "s1", Role: "implementer",
 		Status: runrec.StatusSucceeded, ModelAlias: "ollama-qwen", Steps: 4, StartedAt: start, FinishedAt: done.FinishedAt, PatchID: patchIDA}))
+	must(t, runrec.WriteFileAtomic(dir.Path(runrec.TaskFile), []byte(`{"taskVersion":1,"id":"t-answer","runtime":"pi","harness":"code","maxSteps":12}`), 0o644))
 	writeTranscript(t, dir, `{"type":"model","time":"2026-12-01T10:00:05Z","step":1,"message":{"role":"assistant","content":"I will read the file <script>alert(1)</script>","tool_calls":[{"id":"c1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"lib/util.go\"}"}}]},"finishReason":"tool_calls"}`,
 		`{"type":"tool_result","time":"2026-12-01T10:00:06Z","step":1,"tool":"read_file","content":"package lib\nconst Answer = 41"}`)
 	must(t, runrec.WriteFileAtomic(dir.Path(runrec.PatchFile), []byte("diff --git a/lib/util.go b/lib/util.go\nindex 1..2 100644\n--- a/lib/util.go\n+++ b/lib/util.go\n@@ -1,3 +1,3 @@\n package lib\n-const Answer = 41\n+const Answer = 42\n"), 0o644))
@@ -203,7 +204,7 @@ func TestPages(t *testing.T) {
 		parts []string
 	}{
 		{"/runs", []string{`data-run="r-done"`, `data-run="r-live"`, "st-succeeded", "st-running", "ollama-qwen", "implementer",
-			">123<", "1m35s", `data-label="checkpoints" class="num">2<`, "2026-12-01 10:01:00Z"}},
+			">123<", "1m35s", `data-label="runtime">pi<`, `data-label="steps" class="num">4/12<`, `data-label="runtime">–<`, `data-label="checkpoints" class="num">2<`, "2026-12-01 10:01:00Z"}},
 		{"/runs/r-done", []string{"I will read the file &lt;script&gt;alert(1)&lt;/script&gt;", "read_file({&#34;path&#34;:&#34;lib/util.go&#34;})",
 			`<span class="d-add">&#43;const Answer = 42</span>`, `<span class="d-del">-const Answer = 41</span>`, `<span class="d-hunk">@@`,
 			patchIDA, "files touched", "policy: paths allowed", "conductor-review", e.open.ID, "a note would never be delivered"}},
