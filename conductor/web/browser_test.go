@@ -201,8 +201,11 @@ func TestBrowser(t *testing.T) {
 	gate := &gatedModel{at: 1, waiting: make(chan struct{}), release: make(chan struct{})}
 	liveDone := make(chan runrec.Result, 1)
 	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
+	var wg sync.WaitGroup
+	defer func() { stopRun(); wg.Wait() }() // the worker ends before the test does
+	wg.Add(1)
 	go func() {
+		defer wg.Done()
 		res, err := e.run(runCtx, "s-live", func(c runtask.ModelClient) runtask.ModelClient { gate.inner = c; return gate },
 			fakellm.Turn{Name: "list", ToolCalls: []fakellm.ToolCall{{ID: "call_1", Name: "list_dir", Arguments: args(t, map[string]any{"path": "lib"})}}},
 			fakellm.Turn{Name: "read", ToolCalls: []fakellm.ToolCall{{ID: "call_2", Name: "read_file", Arguments: args(t, map[string]any{"path": "README.md"})}}},
