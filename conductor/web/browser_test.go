@@ -322,8 +322,23 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.ID("transcript")),
 		until(`document.getElementById("conn").textContent === "live"`),
 		chromedp.WaitVisible(chromedp.CSS(`textarea[name="text"]`)),
+	)
+	// An operator note from the page, while the run waits for its model.
+	do("add a note",
+		chromedp.SendKeys(chromedp.CSS(`textarea[name="text"]`), "Also look at README.md"),
+		chromedp.Click(chromedp.CSS(`form.note-form button`)),
+	)
+	do("see the note",
+		chromedp.WaitVisible(chromedp.CSS(`#live ul.notes`)),
+		until(`document.querySelector("#live .notes") !== null && document.querySelector("#live .notes").textContent.includes("Also look at README.md")`),
+		until(`document.getElementById("conn").textContent === "live"`),
 		shot("run-live.png"),
 	)
+	pending, err := e.store.PendingNotes(ctx, liveID)
+	must(t, err)
+	if len(pending) != 1 || pending[0].Text != "Also look at README.md" {
+		t.Fatalf("the store's pending notes after the form: %+v", pending)
+	}
 	before, err := chromedp.Run(bctx, chromedp.Evaluate[int](`document.querySelectorAll("#transcript li").length`))
 	must(t, err)
 	if before == 0 {
@@ -337,8 +352,9 @@ func TestBrowser(t *testing.T) {
 	if res.Status != runrec.StatusSucceeded {
 		t.Fatalf("live run: %s (%s)", res.Status, res.Error)
 	}
-	do("see the run end",
+	do("see the run end, and the note delivered",
 		until(`!!document.querySelector("#live .status") && document.querySelector("#live .status").textContent === "succeeded"`),
+		until(`document.querySelector("#live .notes").textContent.includes("delivered at step")`),
 	)
 
 	// The finished run's page: transcript, diff, review.
