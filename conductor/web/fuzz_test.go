@@ -64,3 +64,56 @@ func FuzzTokenFile(f *testing.F) {
 		}
 	})
 }
+
+func TestHighlight(t *testing.T) {
+	for _, tc := range []struct {
+		file, code, want string
+	}{
+		{"a.go", `return "x" // done`, `[kw:return][ ][str:"x"][ ][com:// done]`},
+		{"a.go", "s := `raw` + 0x1f", "[s := ][str:`raw`][ + ][num:0x1f]"},
+		{"a.py", `def f(): # note`, `[kw:def][ f(): ][com:# note]`},
+		{"a.js", `const x = 'it\'s'`, `[kw:const][ x = ][str:'it\'s']`},
+		{"README.md", `return`, ``},
+	} {
+		l, ok := langOf(tc.file)
+		got := ""
+		if ok {
+			for _, s := range highlight(l, tc.code) {
+				if s.Kind != "" {
+					got += "[" + s.Kind + ":" + s.Text + "]"
+				} else {
+					got += "[" + s.Text + "]"
+				}
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%s %q: %s, want %s", tc.file, tc.code, got, tc.want)
+		}
+	}
+}
+
+// FuzzDiff: any patch.diff is split into highlighted segments that put
+// every line back together byte for byte.
+func FuzzDiff(f *testing.F) {
+	f.Add("diff --git a/x.go b/x.go\n--- a/x.go\n+++ b/x.go\n@@ -1 +1 @@\n-return \"<b>\"\n+return `</pre><script>`\n")
+	f.Add("diff --git a/x.py b/x.py\n@@ -1 +1 @@\n+# '\n+'unterminated\n")
+	f.Fuzz(func(t *testing.T, diff string) {
+		p := filepath.Join(t.TempDir(), "patch.diff")
+		if err := os.WriteFile(p, []byte(diff), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lines, _ := readDiff(p)
+		for _, l := range lines {
+			if l.Segs == nil {
+				continue
+			}
+			var b strings.Builder
+			for _, s := range l.Segs {
+				b.WriteString(s.Text)
+			}
+			if b.String() != l.Text {
+				t.Fatalf("segments %q do not make the line %q", b.String(), l.Text)
+			}
+		}
+	})
+}

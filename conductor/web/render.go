@@ -112,6 +112,9 @@ func clip(s string) (string, bool) {
 type diffLine struct {
 	Kind string // file, meta, hunk, add, del, ctx
 	Text string
+	// Segs, when set, is the line highlighted for its file's language
+	// (its first segment is the +, - or space prefix).
+	Segs []seg
 }
 
 func readDiff(path string) ([]diffLine, bool) {
@@ -132,12 +135,15 @@ func readDiff(path string) ([]diffLine, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), maxDiff)
 	inHeader := false
+	var cur lang
+	known := false
 	for sc.Scan() {
 		t := sc.Text()
 		k := "ctx"
 		switch {
 		case strings.HasPrefix(t, "diff --git "):
 			k, inHeader = "file", true
+			cur, known = langOf(fileOfDiffHeader(t))
 		case strings.HasPrefix(t, "@@"):
 			k, inHeader = "hunk", false
 		case inHeader:
@@ -149,7 +155,11 @@ func readDiff(path string) ([]diffLine, bool) {
 		case strings.HasPrefix(t, `\`):
 			k = "meta"
 		}
-		out = append(out, diffLine{Kind: k, Text: t})
+		dl := diffLine{Kind: k, Text: t}
+		if known && (k == "add" || k == "del" || k == "ctx") && t != "" && len(t) <= 2000 {
+			dl.Segs = append([]seg{{Text: t[:1]}}, highlight(cur, t[1:])...)
+		}
+		out = append(out, dl)
 	}
 	return out, cut
 }
