@@ -22,8 +22,10 @@ export GIT_COMMITTER_NAME="Demo Operator" GIT_COMMITTER_EMAIL="operator@demo.inv
 # A secret in the conductor's environment: the worker must never see it.
 export OPENAI_API_KEY="sk-demo-never-reaches-the-worker"
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
-run() { printf '$ %s\n' "$*" >&2; "$@"; }
+# Bold headings on a terminal only; the echoed commands can be pasted.
+if [ -t 2 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+say() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain" >&2; }
+run() { { printf '$'; printf ' %q' "$@"; printf '\n'; } >&2; "$@"; }
 
 say "a throwaway repository: a Go package whose test fails"
 repo="$out/demo"

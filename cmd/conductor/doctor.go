@@ -32,7 +32,8 @@ func newDoctorCmd(d *deps) *cli.Command {
 		Description: `Checks, by really running a command in each, which sandbox backends work here:
 bubblewrap installed, prlimit installed, the unprivileged user commands run as when
 the conductor is root, user namespaces allowed, network isolation, the seccomp filter,
-the limits, and whether the sandbox user can reach the worktree base and the scratch
+the limits, the memory limit (RLIMIT_DATA per process, or a delegated cgroup v2 folder's
+memory.max per command, and why not), and whether the sandbox user can reach the worktree base and the scratch
 folders; none (no isolation, only when asked for by name); docker (not built; reports
 whether an engine answers).
 
@@ -41,8 +42,9 @@ Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap) w
 
 Environment: WORKER_SANDBOX (backend, as for run-task), WORKER_WORKTREE_BASE,
 CONDUCTOR_SANDBOX_UID (UID[:GID] commands run as when the conductor is root; default
-65534), CONDUCTOR_SANDBOX_MAX_PROCS, CONDUCTOR_SANDBOX_RO_PATHS (extra read-only
-folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md.`,
+65534), CONDUCTOR_SANDBOX_MAX_PROCS, CONDUCTOR_SANDBOX_MAX_MEMORY (bytes, or 512M, 2G;
+default 1 GiB), CONDUCTOR_SANDBOX_CGROUP (a delegated cgroup v2 folder), CONDUCTOR_SANDBOX_RO_PATHS
+(extra read-only folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md.`,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.StringFlag{Name: "sandbox", Value: sandbox.BackendAuto, EnvVars: []string{sandbox.EnvBackend},

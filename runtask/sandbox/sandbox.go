@@ -28,6 +28,12 @@ type Spec struct {
 	Env         []string      // the complete environment (already allowlisted)
 	Timeout     time.Duration // 0: no timeout beyond ctx
 	OutputLimit int64         // cap on captured output bytes (head+tail kept); 0: default
+	// MemoryLimit bounds the command's memory in bytes (RLIMIT_DATA of
+	// each process; memory.max of the command's cgroup where
+	// Options.Cgroup is set). It may lower Options.MaxMemory, the
+	// operator's limit, never raise it; 0: Options.MaxMemory. The none
+	// backend sets no limit.
+	MemoryLimit int64
 	Stdin       []byte
 
 	// Scratch is an optional host folder outside Dir, bound read-write at
@@ -65,7 +71,7 @@ type Result struct {
 	Duration  time.Duration `json:"duration"`
 
 	// Outcome names how the command ended: exited, signaled, timeout,
-	// output-exceeded, cancelled (the Outcome* constants).
+	// output-exceeded, memory-exceeded, cancelled (the Outcome* constants).
 	Outcome string `json:"outcome"`
 	// Signal is the signal that ended the command when Outcome is
 	// signaled (e.g. "killed" for a command killed by the kernel).
@@ -75,6 +81,10 @@ type Result struct {
 	OutputExceeded bool `json:"outputExceeded"`
 	// OutputBytes is the total output written, kept or not.
 	OutputBytes int64 `json:"outputBytes"`
+	// MemoryExceeded: the command failed for want of memory under its
+	// limit (Outcome memory-exceeded): its cgroup recorded an OOM kill,
+	// or, with RLIMIT_DATA only, it failed saying it was out of memory.
+	MemoryExceeded bool `json:"memoryExceeded,omitempty"`
 }
 
 // Sandbox runs commands in isolation.
