@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/web"
+	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -55,6 +57,7 @@ func newServeCmd(d *deps) *cli.Command {
 				Operators: ops,
 				Poll:      c.Duration("poll"),
 				Pools:     func(ctx context.Context) ([]web.Pool, error) { return servePools(ctx, base, d.Getenv) },
+				Secrets:   serveSecrets(os.Environ()),
 				Log:       d.Log,
 				Now:       d.Now,
 				Ready: func(addr string) {
@@ -98,6 +101,19 @@ func serveOperators(c *cli.Context, d *deps) ([]web.Operator, error) {
 		return nil, usagef("--operator needs the token in $CONDUCTOR_SERVE_TOKEN")
 	}
 	return nil, nil
+}
+
+// serveSecrets are the values of the variables of the conductor's own
+// environment that look like credentials (policy.Credential): no page may
+// show one, whatever a run folder or the store holds.
+func serveSecrets(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		if name, val, ok := strings.Cut(kv, "="); ok && val != "" && policy.Credential(name) {
+			out = append(out, val)
+		}
+	}
+	return out
 }
 
 func servePools(ctx context.Context, base string, getenv func(string) string) ([]web.Pool, error) {

@@ -80,7 +80,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				if err != nil {
 					return
 				}
-				if !send(w, "transcript", strconv.FormatInt(end, 10), html) {
+				if !send(w, "transcript", strconv.FormatInt(end, 10), s.redact.apply(html)) {
 					return
 				}
 				sent = true
@@ -90,7 +90,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		p, err := s.livePage(ctx, r, view, id)
 		if err == nil && p.Hash != hash {
 			hash = p.Hash
-			if !send(w, "live", hash, string(p.LiveHTML)) {
+			if !send(w, "live", hash, s.redact.apply(string(p.LiveHTML))) {
 				return
 			}
 			sent = true

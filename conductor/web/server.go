@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,6 +44,10 @@ type Options struct {
 	Ready func(addr string)
 	// MaxStreams bounds the live connections served at once (default 64).
 	MaxStreams int
+	// Secrets are values no page or event may show (the CLI passes the
+	// credentials of its own environment); the operator tokens are added.
+	// Values shorter than MinSecretLen are ignored.
+	Secrets []string
 }
 
 // Server is the mission-control web view; it is an http.Handler.
@@ -53,6 +59,7 @@ type Server struct {
 	mux     *http.ServeMux
 	streams chan struct{}
 	git     gitCache
+	redact  redactor
 	// readsNeedToken: off loopback, pages need a session or bearer too.
 	readsNeedToken bool
 }
@@ -87,6 +94,11 @@ func New(o Options) (*Server, error) {
 		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}},
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
+	secrets := slices.Clone(o.Secrets)
+	for _, op := range o.Operators {
+		secrets = append(secrets, op.Token)
+	}
+	s.redact = newRedactor(secrets)
 	if v, err := bus.ViewsOf(o.Store); err == nil {
 		s.views = v
 	}
@@ -356,7 +368,7 @@ func (s *Server) write(w http.ResponseWriter, status int, p page) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	io.WriteString(w, s.redact.apply(buf.String()))
 }
 
 // fail answers with a page saying what was refused and why.

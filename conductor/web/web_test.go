@@ -602,3 +602,46 @@ func TestRunStops(t *testing.T) {
 	for range events {
 	}
 }
+
+// TestSecretsRedacted: a credential of the server's environment, or an
+// operator token, never leaves the server, even when a run folder holds it.
+func TestSecretsRedacted(t *testing.T) {
+	const apiKey = "sk-live-SECRET+key/0123456789"
+	root := t.TempDir()
+	st, err := bus.Open(context.Background(), bus.Options{DataRoot: root})
+	must(t, err)
+	defer st.Close()
+	runs := filepath.Join(root, "runs")
+	must(t, st.PutRun(context.Background(), bus.Run{ID: "r-leak", Status: runrec.StatusRunning, Outcome: "key " + apiKey + " and " + aliceToken}))
+	dir := runrec.Dir(filepath.Join(runs, "r-leak"))
+	writeTranscript(t, dir, `{"type":"tool_result","tool":"run_command","content":"OPENAI_API_KEY=`+apiKey+`"}`)
+	s, err := web.New(web.Options{Store: st, RunsDir: runs, Operators: testOps, Secrets: []string{apiKey, "short"}, Poll: 10 * time.Millisecond})
+	must(t, err)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	e := &env{t: t, store: st, runsDir: runs, srv: srv}
+	c := e.client()
+	for _, path := range []string{"/runs/r-leak", "/runs"} {
+		r := e.get(c, path)
+		for _, leak := range []string{apiKey, "sk-live-SECRET&#43;key", aliceToken} {
+			if strings.Contains(r.body, leak) {
+				t.Errorf("%s shows %q", path, leak)
+			}
+		}
+	}
+	wantIn(t, e.get(c, "/runs/r-leak"), http.StatusOK, "OPENAI_API_KEY=[redacted]", "key [redacted] and [redacted]")
+	// And over the live stream.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/events?view=run&id=r-leak&offset=0", nil)
+	res, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer res.Body.Close()
+	events := readEvents(t, res.Body)
+	for _, name := range []string{"transcript", "live"} {
+		ev := waitEvent(t, events, name)
+		if strings.Contains(ev.data, "sk-live-SECRET") || strings.Contains(ev.data, aliceToken) || !strings.Contains(ev.data, web.Redacted) {
+			t.Errorf("%s event not redacted: %q", name, ev.data)
+		}
+	}
+}
