@@ -11,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/web"
+	"github.com/conductor-dev/conductor/land"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -57,6 +59,7 @@ func newServeCmd(d *deps) *cli.Command {
 				Operators: ops,
 				Poll:      c.Duration("poll"),
 				Pools:     func(ctx context.Context) ([]web.Pool, error) { return servePools(ctx, base, d.Getenv) },
+				Audit:     serveAudit(st),
 				Secrets:   serveSecrets(os.Environ()),
 				Log:       d.Log,
 				Now:       d.Now,
@@ -101,6 +104,25 @@ func serveOperators(c *cli.Context, d *deps) ([]web.Operator, error) {
 		return nil, usagef("--operator needs the token in $CONDUCTOR_SERVE_TOKEN")
 	}
 	return nil, nil
+}
+
+// serveAudit runs `conductor audit` on a landed commit for the Landed page.
+func serveAudit(st land.AuditStore) func(ctx context.Context, repo, commit string) (web.Audit, error) {
+	return func(ctx context.Context, repo, commit string) (web.Audit, error) {
+		g, err := patch.OpenRepo(repo)
+		if err != nil {
+			return web.Audit{}, err
+		}
+		rep, err := land.Audit(ctx, land.AuditOptions{Git: g, Store: st, Commit: commit})
+		if err != nil {
+			return web.Audit{}, err
+		}
+		a := web.Audit{OK: rep.OK, PatchID: rep.PatchID}
+		for _, c := range rep.Checks {
+			a.Checks = append(a.Checks, web.AuditCheck{Name: c.Name, OK: c.OK, Want: c.Want, Got: c.Got, Detail: c.Detail})
+		}
+		return a, nil
+	}
 }
 
 // serveSecrets are the values of the variables of the conductor's own

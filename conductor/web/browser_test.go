@@ -23,6 +23,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
@@ -232,7 +233,15 @@ func TestBrowser(t *testing.T) {
 
 	// The server, as `conductor serve` runs it.
 	s, err := web.New(web.Options{Store: e.store, RunsDir: e.cfg.RunsDir(), Listen: "127.0.0.1:0",
-		Operators: []web.Operator{{Name: "alice", Token: aliceToken}}, Poll: 100 * time.Millisecond})
+		Operators: []web.Operator{{Name: "alice", Token: aliceToken}}, Poll: 100 * time.Millisecond,
+		Audit: func(ctx context.Context, repo, commit string) (web.Audit, error) {
+			rep, err := land.Audit(ctx, land.AuditOptions{Git: patch.Git{GitDir: repo}, Store: e.store, Commit: commit})
+			a := web.Audit{OK: rep.OK, PatchID: rep.PatchID}
+			for _, c := range rep.Checks {
+				a.Checks = append(a.Checks, web.AuditCheck{Name: c.Name, OK: c.OK, Want: c.Want, Got: c.Got, Detail: c.Detail})
+			}
+			return a, err
+		}})
 	must(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
@@ -399,8 +408,9 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#live`)),
 		shot("landed.png"),
 	)
-	if landed := text(`#live`); !strings.Contains(landed, out.Commit) || !strings.Contains(landed, "Decision-Id: "+decision) {
-		t.Errorf("the landed page lacks the commit or its receipt:\n%s", landed)
+	if landed := text(`#live`); !strings.Contains(landed, out.Commit) || !strings.Contains(landed, "Decision-Id: "+decision) ||
+		!strings.Contains(landed, "audit ok") {
+		t.Errorf("the landed page lacks the commit, its receipt or its audit:\n%s", landed)
 	}
 	do("queue",
 		chromedp.Navigate(base+"/queue"),

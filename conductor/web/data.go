@@ -377,8 +377,69 @@ func firstLine(s string) string {
 // landedRow is one landing with the decision it answered.
 type landedRow struct {
 	bus.Landing
-	Decision *bus.Decision
-	Trailers []string // the landed commit's receipt trailers, when readable
+	Decision   *bus.Decision
+	Trailers   []string // the landed commit's receipt trailers, when readable
+	Audit      *Audit
+	AuditError string
+}
+
+// Audit is `conductor audit`'s verdict on a landed commit.
+type Audit struct {
+	OK      bool         `json:"ok"`
+	PatchID string       `json:"patchId"` // re-derived
+	Checks  []AuditCheck `json:"checks"`
+}
+
+// AuditCheck is one comparison of an audit.
+type AuditCheck struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Want   string `json:"want,omitempty"`
+	Got    string `json:"got,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+type cachedAudit struct {
+	a   *Audit
+	err string
+	at  time.Time
+}
+
+// auditTTL: an audit reads the store too, which may change (a landing row
+// written late), so it is redone now and then.
+const auditTTL = time.Minute
+
+func (s *Server) cachedAudit(ctx context.Context, repo, commit string) (*Audit, string) {
+	if s.o.Audit == nil || repo == "" || commit == "" {
+		return nil, ""
+	}
+	key := repo + "\x00" + commit
+	now := time.Now()
+	s.git.mu.Lock()
+	c, ok := s.git.audits[key]
+	s.git.mu.Unlock()
+	if ok && now.Sub(c.at) < auditTTL {
+		return c.a, c.err
+	}
+	actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	a, err := s.o.Audit(actx, repo, commit)
+	if ctx.Err() != nil {
+		return nil, ""
+	}
+	c = cachedAudit{at: now}
+	if err != nil {
+		c.err = err.Error()
+	} else {
+		c.a = &a
+	}
+	s.git.mu.Lock()
+	if len(s.git.audits) > 4096 {
+		clear(s.git.audits)
+	}
+	s.git.audits[key] = c
+	s.git.mu.Unlock()
+	return c.a, c.err
 }
 
 func (s *Server) landedRows(ctx context.Context) ([]landedRow, error) {
@@ -397,6 +458,7 @@ func (s *Server) landedRows(ctx context.Context) ([]landedRow, error) {
 		case err == nil:
 			row.Decision = &d
 			row.Trailers = s.cachedTrailers(ctx, d.Repo, l.Commit)
+			row.Audit, row.AuditError = s.cachedAudit(ctx, d.Repo, l.Commit)
 		case !errors.Is(err, bus.ErrNotFound):
 			return nil, err
 		}
@@ -482,6 +544,7 @@ type gitCache struct {
 	diffstats map[string]cachedStat
 	trailers  map[string][]string
 	tasks     map[string]taskInfo
+	audits    map[string]cachedAudit
 }
 
 type cachedStat struct {

@@ -38,6 +38,9 @@ type Options struct {
 	Poll time.Duration
 	// Pools lists the worker pools (nil: not shown).
 	Pools func(ctx context.Context) ([]Pool, error)
+	// Audit checks a landed commit against its receipt (the CLI passes
+	// land.Audit; nil: the Landed page shows the receipt unchecked).
+	Audit func(ctx context.Context, repo, commit string) (Audit, error)
 	Log   *slog.Logger
 	Now   func() time.Time
 	// Ready, if set, is called with the bound address once listening.
@@ -91,7 +94,7 @@ func New(o Options) (*Server, error) {
 		o:              o,
 		auth:           &auth{ops: o.Operators, now: o.Now, sessions: map[string]session{}},
 		streams:        make(chan struct{}, o.MaxStreams),
-		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}},
+		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}, audits: map[string]cachedAudit{}},
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
 	secrets := slices.Clone(o.Secrets)

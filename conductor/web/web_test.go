@@ -213,7 +213,7 @@ func TestPages(t *testing.T) {
 		{"/decisions", []string{e.open.ID, "work/answer", "lib/util.go", "+1", "review record", patchIDA, `data-option="merge"`, `data-option="reject"`,
 			"as alice", e.done.ID, "carol", "333333333333", "land --dry-run"}},
 		{"/queue", []string{"tasks", "1 queued", "st-queued"}},
-		{"/landed", []string{"3333333333333333333333333333333333333333", e.done.ID, "carol", "passed: go test"}},
+		{"/landed", []string{"3333333333333333333333333333333333333333", e.done.ID, "carol", "passed: go test", "not audited here"}},
 		{"/login", []string{"Operator token"}},
 	} {
 		t.Run(strings.Trim(tc.path, "/"), func(t *testing.T) {
