@@ -160,6 +160,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("X-Frame-Options", "DENY")
+	if !s.readsNeedToken && !loopbackHost(r.Host) {
+		// Listening on loopback, pages are open to this machine only. A
+		// page of another site whose name resolves here (DNS rebinding)
+		// sends its own Host: refused.
+		http.Error(w, "refused: this server answers only to localhost, 127.0.0.1 or [::1] (Host "+strconvQuote(r.Host)+")", http.StatusMisdirectedRequest)
+		return
+	}
 	defer func() {
 		if v := recover(); v != nil {
 			if v == http.ErrAbortHandler {

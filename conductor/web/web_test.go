@@ -645,3 +645,27 @@ func TestSecretsRedacted(t *testing.T) {
 		}
 	}
 }
+
+// TestHostCheck: on loopback, a request naming another host (a page of
+// another site resolving to 127.0.0.1: DNS rebinding) is refused.
+func TestHostCheck(t *testing.T) {
+	e := newEnv(t, testOps, "127.0.0.1:0")
+	c := e.client()
+	for host, want := range map[string]int{
+		"evil.example:8377": http.StatusMisdirectedRequest,
+		"evil.example":      http.StatusMisdirectedRequest,
+		"localhost:8377":    http.StatusOK,
+		"127.0.0.1":         http.StatusOK,
+		"[::1]:8377":        http.StatusOK,
+	} {
+		req, err := http.NewRequest("GET", e.srv.URL+"/runs", nil)
+		must(t, err)
+		req.Host = host
+		res, err := c.Do(req)
+		must(t, err)
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
+		}
+	}
+}
