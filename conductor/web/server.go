@@ -383,6 +383,9 @@ func (s *Server) write(w http.ResponseWriter, status int, p page) {
 
 // fail answers with a page saying what was refused and why.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.Method == http.MethodPost {
+		s.o.Log.Warn("serve: refused", "path", r.URL.Path, "status", status, "reason", msg, "remote", r.RemoteAddr)
+	}
 	p := s.newPage(r, "error")
 	p.Message = msg
 	p.Title = http.StatusText(status)
