@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -66,8 +67,13 @@ func LoadTokenFile(path string) ([]Operator, error) {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
 	defer f.Close()
+	return parseTokens(f, path)
+}
+
+// parseTokens reads name:token lines; path names the source in errors.
+func parseTokens(r io.Reader, path string) ([]Operator, error) {
 	var ops []Operator
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {

@@ -1,8 +1,6 @@
 package web
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,14 +44,14 @@ func FuzzTokenFile(f *testing.F) {
 	f.Add("# c\n\nbob : 0123456789abcdef0123\ncarol:0123456789abcdef0124")
 	f.Add("x:y:z")
 	f.Fuzz(func(t *testing.T, body string) {
-		p := filepath.Join(t.TempDir(), "tokens")
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ops, err := LoadTokenFile(p)
+		ops, err := parseTokens(strings.NewReader(body), "tokens")
 		if err != nil {
 			for _, line := range strings.Split(body, "\n") {
-				if _, tok, ok := strings.Cut(line, ":"); ok && len(strings.TrimSpace(tok)) >= 8 && strings.Contains(err.Error(), strings.TrimSpace(tok)) {
+				name, tok, ok := strings.Cut(line, ":")
+				tok = strings.TrimSpace(tok)
+				// (An error names the operator: a token that is also part of
+				// its own name is shown as the name.)
+				if ok && len(tok) >= 8 && !strings.Contains(name, tok) && strings.Contains(err.Error(), tok) {
 					t.Fatalf("the error %q shows a token", err)
 				}
 			}
@@ -98,11 +96,7 @@ func FuzzDiff(f *testing.F) {
 	f.Add("diff --git a/x.go b/x.go\n--- a/x.go\n+++ b/x.go\n@@ -1 +1 @@\n-return \"<b>\"\n+return `</pre><script>`\n")
 	f.Add("diff --git a/x.py b/x.py\n@@ -1 +1 @@\n+# '\n+'unterminated\n")
 	f.Fuzz(func(t *testing.T, diff string) {
-		p := filepath.Join(t.TempDir(), "patch.diff")
-		if err := os.WriteFile(p, []byte(diff), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		lines, _ := readDiff(p)
+		lines := parseDiff([]byte(diff))
 		for _, l := range lines {
 			if l.Segs == nil {
 				continue

@@ -131,6 +131,11 @@ func readDiff(path string) ([]diffLine, bool) {
 	if cut {
 		b = b[:maxDiff]
 	}
+	return parseDiff(b), cut
+}
+
+// parseDiff classifies and highlights the lines of a patch.
+func parseDiff(b []byte) []diffLine {
 	var out []diffLine
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), maxDiff)
@@ -161,5 +166,5 @@ func readDiff(path string) ([]diffLine, bool) {
 		}
 		out = append(out, dl)
 	}
-	return out, cut
+	return out
 }
