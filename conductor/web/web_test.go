@@ -20,6 +20,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/conductor/web"
 )
 
@@ -53,10 +54,15 @@ func must(t *testing.T, err error) {
 // newEnv fills a store and run folders through the real APIs and serves
 // them. ops nil: a read-only server.
 func newEnv(t *testing.T, ops []web.Operator, listen string) *env {
+	return newEnvOn(t, ops, listen, "")
+}
+
+// newEnvOn is newEnv on PostgreSQL when databaseURL is set.
+func newEnvOn(t *testing.T, ops []web.Operator, listen, databaseURL string) *env {
 	t.Helper()
 	ctx := context.Background()
 	root := t.TempDir()
-	st, err := bus.Open(ctx, bus.Options{DataRoot: root})
+	st, err := bus.Open(ctx, bus.Options{DataRoot: root, DatabaseURL: databaseURL})
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	e := &env{t: t, store: st, runsDir: filepath.Join(root, "runs")}
@@ -667,5 +673,27 @@ func TestHostCheck(t *testing.T) {
 		if res.StatusCode != want {
 			t.Errorf("Host %s: %d, want %d", host, res.StatusCode, want)
 		}
+	}
+}
+
+// TestPostgres: the pages and a decision answered twice, on PostgreSQL.
+func TestPostgres(t *testing.T) {
+	e := newEnvOn(t, testOps, "127.0.0.1:0", testenv.Postgres(t))
+	tab1, tab2 := e.client(), e.client()
+	csrf1, csrf2 := e.login(tab1, aliceToken), e.login(tab2, bobToken)
+	for _, p := range []string{"/runs", "/runs/r-done", "/decisions", "/queue", "/landed"} {
+		wantIn(t, e.get(tab1, p), http.StatusOK)
+	}
+	wantIn(t, e.get(tab1, "/runs"), http.StatusOK, `data-label="checkpoints" class="num">2<`)
+	r := e.do(tab1, "POST", "/decisions/"+e.open.ID+"/resolve", url.Values{"option": {"merge"}, "csrf": {csrf1}}, nil)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("resolve: %d %s", r.status, r.body)
+	}
+	r = e.do(tab2, "POST", "/decisions/"+e.open.ID+"/resolve", url.Values{"option": {"reject"}, "csrf": {csrf2}}, nil)
+	wantIn(t, r, http.StatusConflict, "already resolved", "alice")
+	d, err := e.store.GetDecision(context.Background(), e.open.ID)
+	must(t, err)
+	if d.Option != "merge" || d.ResolvedBy != "alice" {
+		t.Fatalf("decision %+v", d)
 	}
 }
