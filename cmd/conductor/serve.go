@@ -33,7 +33,7 @@ func newServeCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8377", Usage: "`HOST:PORT` to listen on (a non-loopback host needs a token)", EnvVars: []string{"CONDUCTOR_SERVE_LISTEN"}},
 			&cli.StringFlag{Name: "token-file", Usage: "operator tokens, one `FILE` line of name:token each", EnvVars: []string{"CONDUCTOR_SERVE_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "operator", Usage: "the operator `NAME` the token in $CONDUCTOR_SERVE_TOKEN stands for (default $USER)"},
-			&cli.DurationFlag{Name: "poll", Value: time.Second, Usage: "how often live pages look for changes"},
+			&cli.DurationFlag{Name: "poll", Value: time.Second, Usage: "how often live pages look for changes (a `DURATION`, at least 50ms)"},
 			&cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` of the pools shown (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)", EnvVars: []string{"WORKER_WORKTREE_BASE"}},
 		},
 		Action: func(c *cli.Context) error {
@@ -71,7 +71,8 @@ func newServeCmd(d *deps) *cli.Command {
 				return usageErr(err)
 			}
 			if errors.Is(err, context.Canceled) {
-				return nil // interrupted: a clean stop
+				d.Log.Info("mission control stopped")
+				return &silentError{code: exitInterrupted} // stopped by a signal: a clean stop, exit 130
 			}
 			return err
 		},
