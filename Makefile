@@ -8,7 +8,7 @@ FUZZTIME ?= 10s
 PI_DIR  ?= /opt/conductor/pi
 PI_VERSION := 0.73.1
 
-.PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak soak-queue pi man help
+.PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak soak-queue pi man screenshots help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -63,6 +63,10 @@ QUEUE_FAULTS := TestWorkersSurvivePostgresOutage|TestEmbeddedQueueReclaimsKilled
 
 soak-queue: ## queue fault trials (QUEUE_TRIALS=20 each): PostgreSQL and Redis stopped, workers killed, at random moments
 	$(GO) test -count=$(QUEUE_TRIALS) -p 1 -run '^($(QUEUE_FAULTS))$$' -timeout 120m ./conductor/queue ./cmd/conductor
+
+screenshots: ## drive mission control (conductor serve) in headless Chromium and write its screenshots to docs/img/
+	mkdir -p docs/img
+	CONDUCTOR_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestBrowser$$' -timeout 5m ./conductor/web
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

@@ -156,6 +156,7 @@ func newApp(d *deps) *cli.App {
 			newMCPCmd(d),
 			newDoctorCmd(d),
 			newPoolCmd(d),
+			newServeCmd(d),
 			newVersionCmd(d),
 			newCompletionCmd(d),
 			newManCmd(d),

@@ -163,6 +163,11 @@ var examples = map[string][]string{
 		"conductor mcp                                  # MCP over stdio, for an agent that starts it",
 		"CONDUCTOR_MCP_TOKEN=$(cat ~/.config/conductor/mcp.token) conductor mcp --listen 127.0.0.1:8765",
 	},
+	"serve": {
+		"conductor serve                                     # mission control on http://127.0.0.1:8377",
+		"CONDUCTOR_SERVE_TOKEN=$(cat ~/.config/conductor/serve.token) conductor serve --operator alice",
+		"conductor serve --listen 0.0.0.0:8377 --token-file /etc/conductor/operators   # elsewhere: tokens required",
+	},
 	"completion": {
 		"source <(conductor completion bash)",
 		"conductor completion zsh > \"${fpath[1]}/_conductor\"",
