@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
@@ -56,6 +57,12 @@ type DraftOptions struct {
 	Log      *slog.Logger
 	// Connect overrides how the forge is reached (tests); nil: Connect.
 	Connect func(ctx context.Context, s Settings, local patch.Git) (DraftForge, error)
+	// Lock, when set, serializes OpenDraftPR per forge repository and
+	// branch across processes (the bus store's Locker): the push, the look
+	// for an open pull request and the create run under it, so two `pr
+	// open` of one branch never open two pull requests (Gitea answers 409
+	// only to sequential creates).
+	Lock func(ctx context.Context, name string, ttl time.Duration) (unlock func(), err error)
 }
 
 // DraftForge is the Forge plus the lookups OpenDraftPR does before it
@@ -66,6 +73,10 @@ type DraftForge interface {
 	Repository(ctx context.Context) (Repository, error)
 	BranchExists(ctx context.Context, branch string) (bool, error)
 	IssueExists(ctx context.Context, n int64) (bool, error)
+	// CanWrite reports whether the token may push to the repository.
+	CanWrite(ctx context.Context) (bool, error)
+	// URL is the forge's base URL (for messages and the lock's name).
+	URL() string
 }
 
 // DraftResult is what OpenDraftPR did.
@@ -151,9 +162,16 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		return res, fmt.Errorf("pr open: %w", err)
 	}
 	if repo.Archived {
-		return res, fmt.Errorf("pr open: repository %s is archived on the forge", res.Repo)
+		return res, fmt.Errorf("pr open: repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere (nothing pushed)", res.Repo, f.URL())
 	}
 	base := o.Base
+	if repo.Empty {
+		b := base
+		if b == "" {
+			b = "the base branch"
+		}
+		return res, fmt.Errorf("pr open: repository %s on %s is empty: push %s first (conductor push %s) (nothing pushed)", res.Repo, f.URL(), b, firstNonEmpty(base, repo.DefaultBranch, "main"))
+	}
 	if base == "" {
 		base = repo.DefaultBranch
 	}
@@ -177,8 +195,27 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			return res, fmt.Errorf("pr open: %w", err)
 		}
 		if !ok {
-			return res, fmt.Errorf("pr open: %w", notFoundf("issue #%d does not exist in the forge repository %s (nothing pushed)", o.Issue, res.Repo))
+			return res, fmt.Errorf("pr open: %w (nothing pushed)", issueNotFound(o.Issue, res.Repo, f.URL()))
 		}
+	}
+
+	// The token must be able to push: asked before pushing (a read-only
+	// token would otherwise fail at the push with a bare 403).
+	if !repo.CanPush {
+		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
+	}
+	if ok, err := f.CanWrite(ctx); err != nil {
+		return res, fmt.Errorf("pr open: %w", err)
+	} else if !ok {
+		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
+	}
+
+	if o.Lock != nil {
+		unlock, err := o.Lock(ctx, "forge-pr "+f.URL()+" "+res.Repo+" "+branch, 10*time.Minute)
+		if err != nil {
+			return res, fmt.Errorf("pr open: %w (nothing pushed)", err)
+		}
+		defer unlock()
 	}
 
 	push, err := f.Push(ctx, branch, PushOptions{Force: o.Force})
@@ -236,6 +273,15 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			pr.Number, s.WIPPrefix, s.WIPPrefix))
 	}
 	return res, writePRRecord(o.RunDir, res)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
 }
 
 // DraftTitle prefixes title with the WIP prefix unless it already has it.
