@@ -32,9 +32,9 @@ type Report struct {
 // is there and neither archived nor empty, and that the token may push to
 // it (its scopes and the user's permission). It changes nothing. Each
 // failure is one line naming the URL (never the token) and what to check.
-func CheckForge(ctx context.Context, s Settings, local patch.Git, getenv func(string) string, log *slog.Logger) Report {
+func CheckForge(ctx context.Context, s Settings, local patch.Git, getenv func(string) string, log *slog.Logger) (rep Report) {
 	s = s.WithDefaults(getenv)
-	rep := Report{URL: s.URL}
+	rep.URL = s.URL
 	if s.URL == "" {
 		return rep
 	}
@@ -82,7 +82,7 @@ func CheckForge(ctx context.Context, s Settings, local patch.Git, getenv func(st
 	if err == nil && r.Archived {
 		err = fmt.Errorf("repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere", rep.Repo, g.url)
 	}
-	if err == nil && r.Empty {
+	if err == nil && r.Empty && !g.hasBranch(ctx, r.DefaultBranch) {
 		err = fmt.Errorf("repository %s on %s is empty: push its default branch first (conductor push %s)", rep.Repo, g.url, firstNonEmpty(r.DefaultBranch, "main"))
 	}
 	if !add("repository", err, rep.Repo+", default branch "+r.DefaultBranch) {

@@ -165,25 +165,26 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		return res, fmt.Errorf("pr open: repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere (nothing pushed)", res.Repo, f.URL())
 	}
 	base := o.Base
-	if repo.Empty {
-		b := base
-		if b == "" {
-			b = "the base branch"
-		}
-		return res, fmt.Errorf("pr open: repository %s on %s is empty: push %s first (conductor push %s) (nothing pushed)", res.Repo, f.URL(), b, firstNonEmpty(base, repo.DefaultBranch, "main"))
-	}
 	if base == "" {
 		base = repo.DefaultBranch
 	}
-	if base == "" {
+	if base == "" && !repo.Empty {
 		return res, fmt.Errorf("pr open: repository %s has no default branch: pass --base", res.Repo)
 	}
 	if base == branch {
 		return res, fmt.Errorf("pr open: head and base are the same branch %q", branch)
 	}
-	ok, err := f.BranchExists(ctx, base)
-	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+	ok := false
+	if base != "" {
+		// A repository still marked empty answers a branch lookup with
+		// HTTP 500 (Gitea clears "empty" after a first push
+		// asynchronously): that is "not there yet", said below.
+		if ok, err = f.BranchExists(ctx, base); err != nil && !repo.Empty {
+			return res, fmt.Errorf("pr open: %w", err)
+		}
+	}
+	if !ok && repo.Empty {
+		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), firstNonEmpty(base, "main"))
 	}
 	if !ok {
 		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))

@@ -283,6 +283,15 @@ func (g *Gitea) IssueExists(ctx context.Context, n int64) (bool, error) {
 	return true, nil
 }
 
+// hasBranch reports whether the branch exists (false on any error).
+func (g *Gitea) hasBranch(ctx context.Context, b string) bool {
+	if b == "" {
+		return false
+	}
+	ok, err := g.BranchExists(ctx, b)
+	return err == nil && ok
+}
+
 // requireIssue refuses (issue-not-found) when issue n does not exist.
 func (g *Gitea) requireIssue(ctx context.Context, n int64) error {
 	ok, err := g.IssueExists(ctx, n)

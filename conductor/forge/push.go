@@ -132,6 +132,12 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 			return res, fmt.Errorf("push %s: %w", branch, forbidden(repo, redactURL(p.ForgeURL)))
 		case "rejected":
 			return res, fmt.Errorf("push %s to %s: rejected: the remote branch has commits this one does not (not a fast-forward); fetch and integrate, or --force to replace it", branch, redactURL(pushURL))
+		case "declined":
+			repo := redactURL(pushURL)
+			if o, r, err := ParseRemoteURL(pushURL); err == nil {
+				repo = o + "/" + r
+			}
+			return res, fmt.Errorf("push %s to %s: the forge declined it (%s): may the token's user push to %s, and is the branch unprotected?", branch, redactURL(pushURL), declinedReason(msg), repo)
 		case "unauthorized":
 			why := "the forge rejected the token"
 			if p.credentialEnv(pushURL) == nil {
@@ -162,8 +168,25 @@ func pushFailure(msg string) string {
 		return "unauthorized"
 	case strings.Contains(msg, "returned error: 403"):
 		return "forbidden"
+	case strings.Contains(msg, "[remote rejected]") && strings.Contains(msg, "pre-receive hook declined"):
+		return "declined"
 	}
 	return ""
+}
+
+// declinedReason is the parenthesis of git's "[remote rejected] (why)".
+func declinedReason(msg string) string {
+	_, after, ok := strings.Cut(msg, "[remote rejected]")
+	if !ok {
+		return "remote rejected"
+	}
+	after = strings.TrimSpace(after)
+	if strings.HasPrefix(after, "(") {
+		if i := strings.IndexByte(after, ')'); i > 0 {
+			return "remote rejected: " + after[1:i]
+		}
+	}
+	return "remote rejected"
 }
 
 // runBounded runs git with a deadline. Unlike patch.Git.Run it does not

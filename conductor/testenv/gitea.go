@@ -51,8 +51,10 @@ type Gitea struct {
 	// all). Tests make users of their own (NewUser) rather than use it.
 	Admin, AdminToken string
 
-	dir  string
-	bin  string
+	dir    string
+	bin    string
+	mu     sync.Mutex
+	tokens map[string]string // token → its name, for RevokeToken
 	err  error
 	skip string
 	seq  atomic.Int64
@@ -404,21 +406,13 @@ func (g *Gitea) NewToken(u GiteaUser, scopes ...string) (string, error) {
 	if len(scopes) == 0 {
 		scopes = []string{"all"}
 	}
-	body, _ := json.Marshal(map[string]any{"name": "t-" + randHex(8), "scopes": scopes})
-	req, err := http.NewRequest("POST", g.URL+"/api/v1/users/"+u.Name+"/tokens", bytes.NewReader(body))
+	name := "t-" + randHex(8)
+	st, b, err := g.basic(u, "POST", "/api/v1/users/"+u.Name+"/tokens", map[string]any{"name": name, "scopes": scopes})
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Name+":"+u.Password)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 201 {
-		return "", fmt.Errorf("create token for %s: HTTP %d: %s", u.Name, resp.StatusCode, b)
+	if st != 201 {
+		return "", fmt.Errorf("create token for %s: HTTP %d: %s", u.Name, st, b)
 	}
 	var t struct {
 		SHA1 string `json:"sha1"`
@@ -426,7 +420,55 @@ func (g *Gitea) NewToken(u GiteaUser, scopes ...string) (string, error) {
 	if err := json.Unmarshal(b, &t); err != nil || t.SHA1 == "" {
 		return "", fmt.Errorf("create token for %s: %s", u.Name, b)
 	}
+	g.mu.Lock()
+	if g.tokens == nil {
+		g.tokens = map[string]string{}
+	}
+	g.tokens[t.SHA1] = name
+	g.mu.Unlock()
 	return t.SHA1, nil
+}
+
+// RevokeToken deletes a token NewToken made for u: the server then rejects
+// it as it does an expired one (401).
+func (g *Gitea) RevokeToken(u GiteaUser, token string) error {
+	g.mu.Lock()
+	name, ok := g.tokens[token]
+	g.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("revoke token: not one of %s's tokens made here", u.Name)
+	}
+	st, b, err := g.basic(u, "DELETE", "/api/v1/users/"+u.Name+"/tokens/"+name, nil)
+	if err != nil {
+		return err
+	}
+	if st != 204 {
+		return fmt.Errorf("revoke token of %s: HTTP %d: %s", u.Name, st, b)
+	}
+	return nil
+}
+
+// basic sends a request authenticated with u's password (token management
+// takes no token).
+func (g *Gitea) basic(u GiteaUser, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, g.URL+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(u.Name+":"+u.Password)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // RepoOptions shape a new repository.
@@ -506,4 +548,22 @@ func (g *Gitea) Do(method, path, token string, body any) (int, []byte, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, err
+}
+
+// WaitNotEmpty waits until the server no longer reports repository
+// owner/name as empty: Gitea clears the flag after a first push in the
+// background, and until then answers branch lookups with HTTP 500.
+func (g *Gitea) WaitNotEmpty(t testing.TB, full string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, b, err := g.Do("GET", "/api/v1/repos/"+full, g.AdminToken, nil)
+		if err == nil && st == 200 && bytes.Contains(b, []byte(`"empty":false`)) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("repository %s still empty after a push: HTTP %d %s %v", full, st, b, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
