@@ -55,9 +55,9 @@ type Gitea struct {
 	bin    string
 	mu     sync.Mutex
 	tokens map[string]string // token → its name, for RevokeToken
-	err  error
-	skip string
-	seq  atomic.Int64
+	err    error
+	skip   string
+	seq    atomic.Int64
 }
 
 var (
