@@ -10,10 +10,18 @@
 // "token is required"), answers 404 "The target couldn't be found." for
 // missing repositories, branches, pulls and issues, 409 "pull request already
 // exists for these targets [...]" for a duplicate pull request, 422 when head
-// equals base, and marks a pull request draft when its title starts with one
+// equals base, 500 with an empty message for a comment on a missing issue
+// (as Gitea 1.27 does), 403 for every write with the read-only token
+// (Options.ReadToken), 422 for POST .../branches with an empty body (the
+// write probe), and marks a pull request draft when its title starts with one
 // of the work-in-progress prefixes (Gitea's default "WIP:" and "[WIP]",
 // case-insensitive). Every request is recorded (never its Authorization
-// header). It is a test double: it never runs outside tests.
+// header). It is a test double: it never runs outside tests. The real
+// server is in the tests too (testenv.GiteaServer); TestConformance in
+// package forge checks this double's status codes and JSON shapes against
+// it. The double stays for what the real server cannot be made to do: a
+// server before 1.22 without "draft", a development version string, other
+// draft prefixes, counting requests.
 package fakegitea
 
 import (
@@ -289,14 +297,10 @@ const readOnlyMark = "+ro"
 func (s *Server) apiError(w http.ResponseWriter, status int, msg string, errs ...string) {
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
 	w.WriteHeader(status)
-	m := map[string]any{"message": msg, "url": s.URL + "/api/swagger"}
-	if status == http.StatusNotFound {
-		if errs == nil {
-			errs = []string{}
-		}
-		m["errors"] = errs
-	}
-	json.NewEncoder(w).Encode(m)
+	// Gitea 1.27 sends only "message" and "url" (older servers added an
+	// "errors" list to a 404; conductor reads neither).
+	_ = errs
+	json.NewEncoder(w).Encode(map[string]any{"message": msg, "url": s.URL + "/api/swagger"})
 }
 
 func (s *Server) notFound(w http.ResponseWriter, errs ...string) {
@@ -424,7 +428,8 @@ func (s *Server) api(w http.ResponseWriter, r *http.Request, auth string, valid,
 		n, _ := strconv.ParseInt(rest[1], 10, 64)
 		is := repo.issues[n]
 		if is == nil {
-			s.notFound(w)
+			// As Gitea 1.27 does: 500 with an empty message, not 404.
+			s.apiError(w, http.StatusInternalServerError, "")
 			return
 		}
 		var c struct {
