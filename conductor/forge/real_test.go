@@ -53,7 +53,9 @@ func newRealFixture(t *testing.T) *realFixture {
 	if _, err := f.pusher(u.Token).Push(context.Background(), "main", forge.PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.g.WaitNotEmpty(t, f.full)
+	if err := f.g.WaitNotEmpty(f.full); err != nil {
+		t.Fatal(err)
+	}
 	git(t, f.work, "checkout", "--quiet", "-b", "work/t-1")
 	writeFile(t, filepath.Join(f.work, "widget.go"), "package widget\n\nfunc Answer() int { return 42 }\n")
 	git(t, f.work, "add", "widget.go")

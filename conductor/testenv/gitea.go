@@ -553,16 +553,15 @@ func (g *Gitea) Do(method, path, token string, body any) (int, []byte, error) {
 // WaitNotEmpty waits until the server no longer reports repository
 // owner/name as empty: Gitea clears the flag after a first push in the
 // background, and until then answers branch lookups with HTTP 500.
-func (g *Gitea) WaitNotEmpty(t testing.TB, full string) {
-	t.Helper()
+func (g *Gitea) WaitNotEmpty(full string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		st, b, err := g.Do("GET", "/api/v1/repos/"+full, g.AdminToken, nil)
 		if err == nil && st == 200 && bytes.Contains(b, []byte(`"empty":false`)) {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("repository %s still empty after a push: HTTP %d %s %v", full, st, b, err)
+			return fmt.Errorf("repository %s still empty 30s after a push: HTTP %d %s %v", full, st, b, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
