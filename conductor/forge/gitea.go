@@ -292,8 +292,8 @@ func (g *Gitea) hasBranch(ctx context.Context, b string) bool {
 	return err == nil && ok
 }
 
-// requireIssue refuses (issue-not-found) when issue n does not exist.
-func (g *Gitea) requireIssue(ctx context.Context, n int64) error {
+// RequireIssue refuses (issue-not-found) when issue n does not exist.
+func (g *Gitea) RequireIssue(ctx context.Context, n int64) error {
 	ok, err := g.IssueExists(ctx, n)
 	if err != nil {
 		return err
@@ -381,7 +381,7 @@ func (g *Gitea) CommentIssue(ctx context.Context, issue int64, body string) erro
 	}
 	// Gitea answers a comment on a missing issue with HTTP 500: look the
 	// issue up first.
-	if err := g.requireIssue(ctx, issue); err != nil {
+	if err := g.RequireIssue(ctx, issue); err != nil {
 		return fmt.Errorf("comment on issue #%d: %w", issue, err)
 	}
 	_, resp, err := g.client.CreateIssueComment(g.owner, g.repo, issue, gitea.CreateIssueCommentOption{Body: body})
@@ -399,7 +399,7 @@ func (g *Gitea) CloseIssue(ctx context.Context, issue int64) error {
 	if issue <= 0 {
 		return fmt.Errorf("close issue %d: not an issue number", issue)
 	}
-	if err := g.requireIssue(ctx, issue); err != nil {
+	if err := g.RequireIssue(ctx, issue); err != nil {
 		return fmt.Errorf("close issue #%d: %w", issue, err)
 	}
 	closed := gitea.StateClosed
