@@ -49,10 +49,8 @@ func pushRun(c *cli.Context, d *deps, branch string) error {
 		return fmt.Errorf("push: %w", err)
 	}
 	s = s.Merge(forge.Settings{URL: c.String("gitea-url"), TokenEnv: c.String("token-env"), Remote: c.String("remote"), Timeout: c.String("forge-timeout")}).WithDefaults(d.Getenv)
-	if s.Timeout != "" {
-		if err := (forge.Settings{URL: "http://x", TokenEnv: s.TokenEnv, Timeout: s.Timeout}).Validate(); err != nil {
-			return usageErr(fmt.Errorf("push: %w", err))
-		}
+	if err := s.ValidateTimeout(); err != nil {
+		return usageErr(fmt.Errorf("push: %w", err))
 	}
 	p := forge.Pusher{Git: local, Remote: s.Remote, ForgeURL: s.URL, Timeout: s.Deadline()}
 	// The token is optional here: file, ssh and foreign remotes need none.

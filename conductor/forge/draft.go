@@ -212,7 +212,9 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	}
 
 	if o.Lock != nil {
-		unlock, err := o.Lock(ctx, "forge-pr "+f.URL()+" "+res.Repo+" "+branch, 10*time.Minute)
+		// The lease outlives a holder that died by at most a few forge
+		// deadlines (the push, the look-up and the create each have one).
+		unlock, err := o.Lock(ctx, "forge-pr "+f.URL()+" "+res.Repo+" "+branch, 5*s.Deadline())
 		if err != nil {
 			return res, fmt.Errorf("pr open: %w (nothing pushed)", err)
 		}
@@ -227,8 +229,13 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 
 	// The push went to the remote; the forge must now see the branch, or
 	// the remote is not this forge's repository.
+	// From here on the branch is on the remote: every error says so, so
+	// that nothing is left half-done unreported.
+	pushed := func(err error) error {
+		return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", branch, short(push.Commit), push.Remote, err)
+	}
 	if ok, err := f.BranchExists(ctx, branch); err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	} else if !ok {
 		return res, fmt.Errorf("pr open: pushed %s to remote %q, but the forge repository %s does not have it: is the remote this forge's repository? (check the remote URL, --owner/--repo and --gitea-url)", branch, push.Remote, res.Repo)
 	}
@@ -237,7 +244,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		res.PR = existing
 		return res, writePRRecord(o.RunDir, res)
 	} else if !errors.Is(err, ErrNotFound) {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	}
 
 	title := o.Title
@@ -265,7 +272,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	}
 	pr, err := f.OpenPR(ctx, PROpts{Head: branch, Base: base, Title: title, Body: body})
 	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	}
 	res.PR = pr
 	if !pr.Existing && !pr.Draft {

@@ -147,10 +147,8 @@ func (s Settings) Validate() error {
 	if u.User != nil {
 		return fmt.Errorf("forge URL %s: credentials do not belong in the URL; put the token in $%s", redactURL(s.URL), s.TokenEnv)
 	}
-	if s.Timeout != "" {
-		if d, err := time.ParseDuration(s.Timeout); err != nil || d <= 0 {
-			return fmt.Errorf("forge timeout %q: want a positive duration such as 30s or 2m", s.Timeout)
-		}
+	if err := s.ValidateTimeout(); err != nil {
+		return err
 	}
 	if !envNameRE.MatchString(s.TokenEnv) {
 		return fmt.Errorf("token variable name %q: not an environment variable name", s.TokenEnv)
@@ -163,6 +161,17 @@ func (s Settings) Validate() error {
 	}
 	if s.Repo != "" && !validName(s.Repo) {
 		return fmt.Errorf("repo %q: not a forge name", s.Repo)
+	}
+	return nil
+}
+
+// ValidateTimeout checks the timeout alone (for commands such as push that
+// need no forge URL).
+func (s Settings) ValidateTimeout() error {
+	if s.Timeout != "" {
+		if d, err := time.ParseDuration(s.Timeout); err != nil || d <= 0 {
+			return fmt.Errorf("forge timeout %q: want a positive duration such as 30s or 2m", s.Timeout)
+		}
 	}
 	return nil
 }
