@@ -68,8 +68,8 @@ var (
 // GiteaServer returns this test binary's Gitea, starting it on first use: a
 // build from the cache folder (GiteaDir; scripts/gitea-build.sh makes it),
 // SQLite in a temp folder, 127.0.0.1 on a free port, no SSH, offline, run as
-// the unprivileged user "nobody" when the tests run as root (Gitea refuses
-// root). The server stops when the test binary exits (a watchdog process
+// the unprivileged user GiteaRunUser when the tests run as root (Gitea
+// refuses root; the user is created on first use). The server stops when the test binary exits (a watchdog process
 // stops it even when the binary is killed). Without the build the test is
 // skipped, unless CI=true.
 func GiteaServer(t testing.TB) *Gitea {
@@ -114,9 +114,9 @@ func (g *Gitea) start() {
 		runUser = cur.Username
 	}
 	if os.Geteuid() == 0 {
-		u, err := user.LookupId("65534")
+		u, err := giteaUser()
 		if err != nil {
-			g.skip = "an unprivileged user (uid 65534) to run Gitea as (tests run as root)"
+			g.err = err
 			return
 		}
 		runUser = u.Username
@@ -294,6 +294,30 @@ DEFAULT_PAGING_NUM = 30
 		return
 	}
 	g.AdminToken = strings.TrimSpace(lastLine(string(out)))
+}
+
+// GiteaRunUser is the system user the tests run Gitea as when they run as
+// root (Gitea refuses root). It is a user of its own, never the sandbox's
+// uid (65534 by default): RLIMIT_NPROC counts every process of a uid, and
+// Gitea's threads would eat the sandboxed commands' process limit.
+const GiteaRunUser = "conductor-gitea"
+
+// giteaUser looks up GiteaRunUser, creating it (a system user without a
+// home or a shell) when it does not exist yet.
+func giteaUser() (*user.User, error) {
+	if u, err := user.Lookup(GiteaRunUser); err == nil {
+		return u, nil
+	}
+	add, err := exec.LookPath("useradd")
+	if err != nil {
+		return nil, fmt.Errorf("no user %q to run Gitea as, and no useradd to create it", GiteaRunUser)
+	}
+	out, err := exec.Command(add, "--system", "--no-create-home", "--home-dir", "/nonexistent",
+		"--shell", "/usr/sbin/nologin", "--user-group", GiteaRunUser).CombinedOutput()
+	if u, lerr := user.Lookup(GiteaRunUser); lerr == nil {
+		return u, nil // made here, or by a test binary running beside this one
+	}
+	return nil, fmt.Errorf("useradd %s: %v: %s", GiteaRunUser, err, out)
 }
 
 func (g *Gitea) command(uid, gid int, args ...string) *exec.Cmd {
