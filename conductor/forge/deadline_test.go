@@ -154,3 +154,17 @@ func TestForbiddenToken(t *testing.T) {
 		t.Fatalf("push err = %v", err)
 	}
 }
+
+// A forge that fails after the push: the error says the branch was pushed
+// and no pull request opened, so nothing is left half-done unreported.
+func TestPushedButNoPR(t *testing.T) {
+	f := newFixture(t, fakegitea.Options{CreatePullStatus: 500})
+	_, err := forge.OpenDraftPR(context.Background(), f.opts(token))
+	if err == nil || !strings.Contains(err.Error(), "pr open: pushed work/t-1 ("+f.tip[:12]+") to origin, but no pull request was opened") ||
+		!strings.Contains(err.Error(), "HTTP 500") || !strings.Contains(err.Error(), "(run pr open again)") {
+		t.Fatalf("err = %v", err)
+	}
+	if f.remoteHas(t, "work/t-1") != f.tip {
+		t.Fatal("not pushed")
+	}
+}

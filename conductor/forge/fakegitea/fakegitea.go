@@ -56,6 +56,9 @@ type Options struct {
 	// is 403, on the API and on git push, as Gitea answers a token without
 	// write:repository.
 	ReadToken string
+	// CreatePullStatus, when set, is the status every pull request create
+	// answers (fault injection: a server failing after the push).
+	CreatePullStatus int
 }
 
 // Request is one recorded request.
@@ -559,6 +562,10 @@ func (s *Server) listPulls(w http.ResponseWriter, r *http.Request, repo *Repo) {
 }
 
 func (s *Server) createPull(w http.ResponseWriter, repo *Repo, body []byte) {
+	if st := s.opts.CreatePullStatus; st != 0 {
+		s.apiError(w, st, "fakegitea: injected failure")
+		return
+	}
 	if repo.Archived {
 		s.apiError(w, http.StatusLocked, fmt.Sprintf("repo is archived: %s/%s", repo.Owner, repo.Name))
 		return
