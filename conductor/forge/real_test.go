@@ -339,3 +339,65 @@ func TestRealBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestRealOpenDraftPRErrors is TestOpenDraftPRErrors against the real
+// server, for the cases it can play: the same errors, nothing pushed,
+// nothing opened.
+func TestRealOpenDraftPRErrors(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		edit func(t *testing.T, f *realFixture, o *forge.DraftOptions)
+		want []string
+		is   error
+	}{
+		{name: "wrong token", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) {
+			o.Getenv = env(map[string]string{"GITEA_TOKEN": "wrong"})
+		}, want: []string{"unauthorized", "401"}, is: forge.ErrUnauthorized},
+		{name: "branch missing", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) { o.Branch = "work/nope" },
+			want: []string{`branch "work/nope" does not exist`}},
+		{name: "base missing on the forge", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) { o.Base = "release-9" },
+			want: []string{`base branch "release-9" does not exist on the forge repository`}, is: forge.ErrNotFound},
+		{name: "repository missing on the forge", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) {
+			o.Settings.Owner, o.Settings.Repo = f.owner, "gadget"
+		}, want: []string{"/gadget does not exist"}, is: forge.ErrNotFound},
+		{name: "head equals base", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) { o.Branch = "main" },
+			want: []string{"head and base are the same"}},
+		{name: "remote is not the forge's repository", edit: func(t *testing.T, f *realFixture, o *forge.DraftOptions) {
+			other := filepath.Join(t.TempDir(), "elsewhere", f.owner, "widget.git")
+			if err := os.MkdirAll(other, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			git(t, other, "init", "--quiet", "--bare", "-b", "main")
+			git(t, f.work, "remote", "set-url", "origin", other)
+		}, want: []string{"does not have it: is the remote this forge's repository?"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRealFixture(t)
+			o := f.opts(f.user.Token)
+			tc.edit(t, f, &o)
+			_, err := forge.OpenDraftPR(ctx, o)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("error %v is not %v", err, tc.is)
+			}
+			if strings.Contains(err.Error(), f.user.Token) {
+				t.Errorf("error shows the token: %v", err)
+			}
+			if got := f.remoteHas(t, o.Branch); got != "" && o.Branch != "main" {
+				t.Errorf("pushed %s despite the error", o.Branch)
+			}
+			if n := len(f.pulls(t)); n != 0 {
+				t.Errorf("%d pull requests opened despite the error", n)
+			}
+		})
+	}
+}
