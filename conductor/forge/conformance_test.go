@@ -33,6 +33,7 @@ type call struct {
 // codes, that every field conductor reads has the same JSON kind in both,
 // and that the double invents no field the server does not send.
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	real := newRealFixture(t)
 	if _, err := real.pusher(real.user.Token).Push(t.Context(), "work/t-1", pushOpts()); err != nil {
 		t.Fatal(err)

@@ -116,6 +116,7 @@ func (f *realFixture) remoteHas(t *testing.T, branch string) string {
 // branch is pushed over HTTP with the token, the pull request is a draft
 // (the server says so), and opening again gives the same one.
 func TestRealOpenDraftPR(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	f := newRealFixture(t)
 	ctx := context.Background()
 	n, err := f.g.NewIssue(f.owner, "widget", "make it answer")
@@ -168,6 +169,7 @@ func TestRealOpenDraftPR(t *testing.T) {
 // separate processes have) open one pull request: the store's lease
 // serializes them. Real Gitea opens two when creates race.
 func TestRealConcurrentPROpen(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	f := newRealFixture(t)
 	dataRoot := t.TempDir()
 	ctx := context.Background()
@@ -209,6 +211,7 @@ func TestRealConcurrentPROpen(t *testing.T) {
 // Closing (commenting on) an issue that does not exist is refused with
 // issue-not-found, not the server's HTTP 500.
 func TestRealCloseMissingIssue(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	f := newRealFixture(t)
 	ctx := context.Background()
 	g, err := forge.NewGitea(ctx, forge.GiteaOptions{URL: f.g.URL, Token: f.user.Token, Owner: f.owner, Repo: "widget"})
@@ -240,6 +243,7 @@ func TestRealCloseMissingIssue(t *testing.T) {
 // whether its scope is read-only or its user has no write access; the push
 // itself labels the server's 403 the same way.
 func TestRealForbiddenToken(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	f := newRealFixture(t)
 	ctx := context.Background()
 	scoped, err := f.g.NewToken(f.user, "read:repository", "read:issue", "read:user")
@@ -283,6 +287,7 @@ func TestRealForbiddenToken(t *testing.T) {
 // Bad input against the real server: one line each, naming the URL and
 // what to check, never the token, and nothing pushed.
 func TestRealBadInput(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	f := newRealFixture(t)
 	ctx := context.Background()
 	revoked, err := f.g.NewToken(f.user)
@@ -344,6 +349,7 @@ func TestRealBadInput(t *testing.T) {
 // server, for the cases it can play: the same errors, nothing pushed,
 // nothing opened.
 func TestRealOpenDraftPRErrors(t *testing.T) {
+	t.Parallel() // each test has a user and repositories of its own
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -374,6 +380,7 @@ func TestRealOpenDraftPRErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := newRealFixture(t)
 			o := f.opts(f.user.Token)
 			tc.edit(t, f, &o)
