@@ -180,7 +180,7 @@ func declinedReason(msg string) string {
 	if !ok {
 		return "remote rejected"
 	}
-	after = strings.TrimSpace(after)
+	after, _, _ = strings.Cut(strings.TrimSpace(after), "\n")
 	if strings.HasPrefix(after, "(") {
 		if i := strings.IndexByte(after, ')'); i > 0 {
 			return "remote rejected: " + after[1:i]
