@@ -175,8 +175,11 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 			fmt.Fprintf(tw, "forge\t%s\t%s\n", map[bool]string{true: "works", false: "FAILS"}[f.Works], redactedURL(f.URL))
 			for _, c := range f.Checks {
 				mark := "ok"
-				if !c.OK {
+				switch {
+				case !c.OK:
 					mark = "FAIL"
+				case c.Skipped:
+					mark = "skip"
 				}
 				fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
 			}

@@ -14,6 +14,9 @@ type Check struct {
 	Name   string `json:"name"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
+	// Skipped is set (with OK) when the check could not be made here, e.g.
+	// no repository to name the forge repository.
+	Skipped bool `json:"skipped,omitempty"`
 }
 
 // Report is what CheckForge found. Configured is false when no forge URL is
@@ -74,7 +77,10 @@ func CheckForge(ctx context.Context, s Settings, local patch.Git, getenv func(st
 		return rep
 	}
 	if rerr != nil {
-		add("repository", rerr, "")
+		// Outside a repository there is nothing to check the token
+		// against: said, not failed.
+		rep.Checks = append(rep.Checks, Check{Name: "repository", OK: true, Skipped: true,
+			Detail: "not checked: " + rerr.Error() + " (or run doctor with -C DIR)"})
 		return rep
 	}
 	rep.Repo = g.FullName()
