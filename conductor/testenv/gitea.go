@@ -53,6 +53,7 @@ type Gitea struct {
 
 	dir    string
 	bin    string
+	user   string // the user Gitea runs as
 	mu     sync.Mutex
 	tokens map[string]string // token → its name, for RevokeToken
 	err    error
@@ -123,6 +124,7 @@ func (g *Gitea) start() {
 		uid, _ = strconv.Atoi(u.Uid)
 		gid, _ = strconv.Atoi(u.Gid)
 	}
+	g.user = runUser
 	dir, err := os.MkdirTemp("", "conductor-gitea-")
 	if err != nil {
 		g.err = err
@@ -326,15 +328,12 @@ func (g *Gitea) command(uid, gid int, args ...string) *exec.Cmd {
 	cmd.Dir = g.dir
 	cmd.Env = []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + filepath.Join(g.dir, "data"),
-		"USER=" + filepath.Base(g.dir), "GITEA_WORK_DIR=" + g.dir, "LC_ALL=C", "TZ=UTC",
+		"USER=" + g.user, "GITEA_WORK_DIR=" + g.dir, "LC_ALL=C", "TZ=UTC",
 		"GIT_CONFIG_NOSYSTEM=1",
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	if uid >= 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-			cmd.Env[2] = "USER=" + u.Username
-		}
 	}
 	return cmd
 }
