@@ -78,6 +78,18 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	// The issue to close is looked up before anything lands: a missing one
+	// is refused (issue-not-found) with nothing changed, not found after
+	// the commit exists.
+	var f *forge.Gitea
+	if issue > 0 && !c.Bool("dry-run") {
+		if f, err = d.openForge(c, patch.Git{GitDir: repo}); err != nil {
+			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
+		}
+		if err := f.RequireIssue(ctx, issue); err != nil {
+			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
+		}
+	}
 	out, err := land.Run(ctx, land.Options{
 		Sandbox:    sb,
 		Store:      store,
@@ -99,12 +111,16 @@ func landAction(c *cli.Context, d *deps) error {
 	}
 	// Closing the issue is a separate act after the local commit: a forge
 	// failure is reported, and the landing stands.
-	f, err := d.openForge(c, patch.Git{GitDir: repo})
+	if f == nil {
+		f, err = d.openForge(c, patch.Git{GitDir: repo})
+	}
 	if err == nil {
 		err = forge.CloseIssueAfterLanding(ctx, f, issue, out.Commit, out.Target)
 	}
 	if err != nil {
-		return fmt.Errorf("landed %s as %s, but closing issue #%d failed: %w", id, out.Commit, issue, err)
+		// %v, not %w: the landing stands, so this is an error (exit 1),
+		// never a refusal (which would say nothing changed).
+		return fmt.Errorf("landed %s as %s, but closing issue #%d failed: %v", id, out.Commit, issue, err)
 	}
 	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
 	return nil

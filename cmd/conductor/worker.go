@@ -381,10 +381,14 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 	if err != nil {
 		return "", err
 	}
-	pr, err := forge.OpenDraftPR(ctx, forge.DraftOptions{
+	dopts := forge.DraftOptions{
 		RunDir: string(dir), Issue: issue, Settings: settings.WithDefaults(w.d.Getenv),
 		Getenv: w.d.Getenv, Verdicts: w.store, Log: w.d.Log,
-	})
+	}
+	if l, ok := w.store.(bus.Locker); ok {
+		dopts.Lock = l.Lock
+	}
+	pr, err := forge.OpenDraftPR(ctx, dopts)
 	if err != nil {
 		return "", fmt.Errorf("draft PR: %w", err)
 	}
