@@ -118,28 +118,38 @@ func lockFile(path string, try bool) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	how := syscall.LOCK_EX
 	if try {
 		how |= syscall.LOCK_NB
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), how)
-		if err != syscall.EINTR {
-			break
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if err != nil {
-		f.Close()
-		if try && errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
+		for {
+			err = syscall.Flock(int(f.Fd()), how)
+			if err != syscall.EINTR {
+				break
+			}
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		if err != nil {
+			f.Close()
+			if try && errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		// The holder we waited for may have removed the file (a slot's
+		// lock goes with its slot): a lock on a file no longer at path
+		// locks nothing. Lock the one that is there now.
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return f, nil
+		}
+		unlock(f)
 	}
-	return f, nil
 }
 
 func unlock(f *os.File) {
@@ -757,7 +767,9 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot))} {
+	// The slot's lock file goes too (the caller holds it: a waiter finds
+	// the file gone after it locks, see lockFile, and locks afresh).
+	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot)), p.lockPath(m.Slot)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

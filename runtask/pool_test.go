@@ -182,9 +182,12 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	if err != nil || len(st) != 2 {
 		t.Fatalf("pool keeps %d (want 2): %v", len(st), err)
 	}
-	// The least recently used (leases[0]) was evicted.
+	// The least recently used (leases[0]) was evicted, its lock file too.
 	if _, err := os.Stat(leases[0].Dir()); err == nil {
 		t.Fatal("the least recently used worktree was kept")
+	}
+	if _, err := os.Stat(leases[0].Dir() + ".lock"); err == nil {
+		t.Fatal("the evicted slot's lock file was left behind")
 	}
 	// The nearest pooled worktree is taken: the one at c2.
 	l, err := p.Acquire(ctx, c2, "o")
@@ -210,6 +213,43 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	}
 	if out := git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
 		t.Fatalf("worktrees left:\n%s", out)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(p.Dir, "wt-*.lock")); len(locks) > 0 {
+		t.Fatalf("pruned slots left their lock files: %v", locks)
+	}
+}
+
+// A waiter for a slot's lock whose holder removes the slot (and its lock
+// file) must not think it holds a lock on the path: it locks the new file.
+func TestLockFileSurvivesRemoval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wt-1.lock")
+	first, err := lockFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *os.File)
+	go func() {
+		f, err := lockFile(path, false)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- f
+	}()
+	// The holder removes the file, then lets go.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	unlock(first)
+	second := <-got
+	defer unlock(second)
+	held, _ := second.Stat()
+	now, err := os.Stat(path)
+	if err != nil || !os.SameFile(held, now) {
+		t.Fatalf("the waiter holds a lock on a removed file (%v)", err)
+	}
+	// And it excludes a third taker.
+	if third, err := lockFile(path, true); err != nil || third != nil {
+		t.Fatalf("a second holder of the same lock: %v %v", third, err)
 	}
 }
 
