@@ -74,7 +74,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	sb, err := gateSandbox(c)
+	sb, err := gateSandboxFor(c.String("sandbox"), len(pol.Landing().Gate()) > 0, d, c.Bool("json"))
 	if err != nil {
 		return err
 	}

@@ -128,7 +128,7 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return fmt.Errorf("review: %w", err)
 	}
 	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
-	sb, err := gateSandbox(c)
+	sb, err := gateSandboxFor(c.String("sandbox"), true, d, c.Bool("json"))
 	if err != nil {
 		return err
 	}
@@ -157,16 +157,6 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return reviewRedispatch(c, d, dir, res, rep.FollowUp(c.String("request-changes")))
 	}
 	return nil
-}
-
-// gateSandbox is the --sandbox backend for review checks and landing gates;
-// nil (the flag unset) lets them take the default, bubblewrap. A named
-// backend that cannot run here is refused, never replaced.
-func gateSandbox(c *cli.Context) (sandbox.Sandbox, error) {
-	if c.String("sandbox") == "" {
-		return nil, nil
-	}
-	return openSandbox(c.String("sandbox"))
 }
 
 // openSandbox opens a named backend; one that cannot run here is a refusal
