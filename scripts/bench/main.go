@@ -131,6 +131,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		{"patchid", b.rowPatchID},
 		{"land", b.rowLand},
 		{"overhead", b.rowOverhead},
+		{"pi", b.rowPi},
 		{"memory", b.rowMemory},
 		{"queue", b.rowQueue},
 	}
