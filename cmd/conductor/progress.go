@@ -69,8 +69,9 @@ func (p *progressSandbox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.R
 
 // gateSandboxFor is the sandbox review's checks and land's gate run in:
 // --sandbox's backend, else the one ForGate would pick (opened here so that
-// a terminal shows progress); nil lets the domain decide and refuse.
-func gateSandboxFor(name string, needed bool, d *deps, json bool) (sandbox.Sandbox, error) {
+// a terminal shows progress); nil lets the domain decide and refuse. quiet
+// (--json, --quiet) shows no progress.
+func gateSandboxFor(name string, needed bool, d *deps, quiet bool) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var err error
 	switch {
@@ -78,12 +79,12 @@ func gateSandboxFor(name string, needed bool, d *deps, json bool) (sandbox.Sandb
 		if sb, err = openSandbox(name); err != nil {
 			return nil, err
 		}
-	case needed && isTerminal(d.Stderr) && !json:
+	case needed && isTerminal(d.Stderr) && !quiet:
 		if sb, err = sandbox.ForGate(nil); err != nil {
 			return nil, nil // the domain refuses, with its own words
 		}
 	}
 	// The line's own carriage return and erase are conductor's: written
 	// raw; the command shown is escaped (termtext) above.
-	return withProgress(sb, cmp.Or[io.Writer](d.RawStderr, d.Stderr), json), nil
+	return withProgress(sb, cmp.Or[io.Writer](d.RawStderr, d.Stderr), quiet), nil
 }
