@@ -137,12 +137,9 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 			return "", fmt.Errorf("receipt note: %w", err)
 		}
 		// Every object is in the store before a ref points at it (most
-		// likely written already, see prewrite), and is kept from now on.
+		// likely written already, see prewrite).
 		l.waitPrewrites()
 		written := slices.Concat(l.trees, []looseObject{landed, blob}, notes)
-		for _, obj := range written {
-			l.keep[obj.oid] = true
-		}
 		if _, err := writeObjects(l.g.GitDir, written...); err != nil {
 			return "", err
 		}

@@ -214,7 +214,6 @@ type lander struct {
 	now      time.Time      // its commit's and note's committer date: the landing's start, or the gate's end
 
 	pre  []*prewritten   // objects written ahead (speculate.go)
-	keep map[string]bool // ids handed to a ref transaction: never removed
 
 	// Git work started early (speculate.go), waited for before returning.
 	bg     context.Context
@@ -301,7 +300,7 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	}
 	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
-		now: o.Now(), keep: map[string]bool{}}
+		now: o.Now()}
 	l.key = lockKey(g.GitDir, l.ref)
 	l.dataDir = filepath.Join(o.DataRoot, "land", l.key)
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 
@@ -213,16 +211,15 @@ func (l *lander) quietTarget(tip, approved string) (string, bool) {
 
 // prewritten is one prewrite's work.
 type prewritten struct {
-	done    chan struct{}
-	created []string // object files it created
+	done chan struct{}
 }
 
 // prewrite writes, in the background, the commit and note objects the
 // attempt from tip will commit if the squash's patch-id is the approved one
 // (the only way it commits): their fsyncs then overlap the diffs, and the
 // commit finds them in the store. It runs only when nothing else goes into
-// them (no gate, so no gate results). What the landing does not commit is
-// removed before it returns (dropPrewritten).
+// them (no gate, so no gate results). What the landing does not commit
+// stays unreferenced for git gc (dropPrewritten): nothing is ever deleted.
 func (l *lander) prewrite(tip string, s *speculation) {
 	p := &prewritten{done: make(chan struct{})}
 	l.pre = append(l.pre, p)
@@ -245,18 +242,7 @@ func (l *lander) prewrite(tip string, s *speculation) {
 		if err != nil {
 			return
 		}
-		// Only the commit and its note are this landing's own (trees may
-		// be anyone's): only they are removed if unused.
-		own := map[string]bool{landed.oid: true, blob.oid: true}
-		for _, n := range notes {
-			own[n.oid] = true
-		}
-		created, _ := writeObjects(l.g.GitDir, slices.Concat(s.trees, []looseObject{landed, blob}, notes)...)
-		for _, path := range created {
-			if own[objectID(path)] {
-				p.created = append(p.created, path)
-			}
-		}
+		writeObjects(l.g.GitDir, slices.Concat(s.trees, []looseObject{landed, blob}, notes)...)
 	}()
 }
 
@@ -267,18 +253,11 @@ func (l *lander) waitPrewrites() {
 	}
 }
 
-// dropPrewritten removes the objects prewrites created that were never
-// handed to a ref transaction (a refusal, another tip, a note that moved).
+// dropPrewritten lets the objects prewrites created go: it waits for the
+// writes and leaves what no ref took (a refusal, another tip, a note that
+// moved) unreferenced, for git gc, as git itself does. A landing never
+// deletes an object from the repository.
 func (l *lander) dropPrewritten() {
 	l.waitPrewrites()
-	for _, p := range l.pre {
-		for _, path := range p.created {
-			if !l.keep[objectID(path)] {
-				os.Remove(path)
-			}
-		}
-	}
 }
 
-// objectID is the id of a loose object file.
-func objectID(path string) string { return filepath.Base(filepath.Dir(path)) + filepath.Base(path) }
