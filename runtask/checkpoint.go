@@ -31,7 +31,28 @@ func (r *runner) checkpoint(ctx context.Context) {
 	}
 	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
 		Worktree: st.Worktree, CreatedAt: r.now()}
-	r.storeResult(r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp), fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
+	err = r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp)
+	r.storeResult(err, fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
+	if err == nil {
+		r.event(ctx, bus.EventCheckpoint, map[string]any{"step": st.Step, "files": len(cp.Files)})
+	}
+}
+
+// event records one lifecycle event of the run in the store (when it keeps
+// events); a store that fails is warned about once, like every store write.
+func (r *runner) event(ctx context.Context, kind string, md map[string]any) {
+	if r.opts.Store == nil {
+		return
+	}
+	r.storeResult(bus.Emit(ctx, r.opts.Store, kind, r.state.RunID, r.task.ID, "conductor", md), "event "+kind)
+}
+
+// harness is the run's harness alias: the task's, else its role's.
+func (r *runner) harness() string {
+	if h, ok := r.opts.Role.(interface{ Harness() string }); ok && r.task.Harness == "" {
+		return h.Harness()
+	}
+	return r.task.Harness
 }
 
 // storeResult reports a bus store write's outcome once per outage: the

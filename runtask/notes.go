@@ -43,6 +43,7 @@ func (r *runner) deliverNotes(ctx context.Context) {
 			}
 			r.transcript(transcriptLine{Type: lineNote, Step: st.Step + 1, NoteID: n.ID, Text: n.Text})
 			r.ev.emit(Event{Event: "note", Time: r.now(), RunID: st.RunID, Step: st.Step + 1, Text: fmt.Sprintf("note %d delivered", n.ID)})
+			r.event(ctx, bus.EventNoteDelivered, map[string]any{"noteId": n.ID, "step": st.Step + 1})
 		} else if !r.transcriptHasNote(n.ID) {
 			// In the conversation but still pending: a crash came between
 			// the state's save and the transcript line. The model has it;

@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -432,6 +433,8 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if err := r.record(ctx); err != nil {
 		return runrec.Result{}, err
 	}
+	r.event(ctx, bus.EventStarted, map[string]any{"runtime": cmp.Or(t.Runtime, RuntimeBuiltin), "harnessAlias": r.harness(),
+		"modelAlias": st.ModelAlias, "session": t.Session, "resumed": mode == modeContinue})
 
 	// Worktree.
 	if err := r.takeWorktree(ctx, mode); err != nil {
@@ -757,6 +760,8 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 		v := st.Tokens.Total
 		tok = &v
 	}
+	r.event(ctx, bus.EventRoleComplete, map[string]any{"harnessAlias": r.harness(), "modelAlias": res.ModelAlias, "outcome": res.Status,
+		"error": res.Error, "steps": res.Steps, "totalTokens": res.TotalTokens, "patchId": res.PatchID, "filesChanged": len(res.FilesChanged)})
 	r.ev.emit(Event{Event: "stop", Time: r.now(), RunID: st.RunID, Step: st.Step, Status: res.Status, Tokens: tok, Text: res.Error})
 	final := r.result
 	r.ev.emit(Event{Event: "result", Time: r.now(), RunID: st.RunID, Status: res.Status, Result: &final})

@@ -85,6 +85,18 @@ func (d *deps) raw() io.Writer {
 	return d.RawStdout
 }
 
+// emit records a lifecycle event of the flow in the store (bus.Emit): a
+// failure to record it is logged, never the command's failure.
+func (d *deps) emit(c *cli.Context, kind, runID, taskID, actor string, md map[string]any) {
+	s, err := d.openStore(c)
+	if err == nil {
+		err = bus.Emit(c.Context, s, kind, runID, taskID, actor, md)
+	}
+	if err != nil {
+		d.Log.Warn("lifecycle event not recorded", "kind", kind, "run", runID, "err", err)
+	}
+}
+
 func (d *deps) close() {
 	if d.store != nil {
 		d.store.Close()
@@ -162,6 +174,7 @@ func newApp(d *deps) *cli.App {
 			newPoolCmd(d),
 			newServeCmd(d),
 			newVersionCmd(d),
+			newEventsCmd(d),
 			newCompletionCmd(d),
 			newManCmd(d),
 		},

@@ -112,6 +112,7 @@ func decisionRaise(c *cli.Context, d *deps, o decisionRaiseOptions) error {
 	if err != nil {
 		return err
 	}
+	d.emit(c, bus.EventDecisionRaised, dec.RunID, "", dec.RaisedBy, map[string]any{"decision": dec.ID, "target": dec.Target, "workRef": dec.WorkRef})
 	if o.json {
 		return decisionWriteJSON(d.Stdout, bus.DecisionView{Decision: dec})
 	}
@@ -166,6 +167,7 @@ func decisionResolve(c *cli.Context, d *deps, o decisionResolveOptions) error {
 	if err != nil {
 		return err
 	}
+	d.emit(c, bus.EventDecisionResolved, dec.RunID, "", dec.ResolvedBy, map[string]any{"decision": dec.ID, "option": dec.Option})
 	if o.json {
 		return decisionWriteJSON(d.Stdout, bus.DecisionView{Decision: dec})
 	}

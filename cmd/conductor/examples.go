@@ -168,6 +168,12 @@ var examples = map[string][]string{
 		"CONDUCTOR_SERVE_TOKEN=$(cat ~/.config/conductor/serve.token) conductor serve --operator alice",
 		"conductor serve --listen 0.0.0.0:8377 --token-file /etc/conductor/operators   # elsewhere: tokens required",
 	},
+	"events": {
+		"conductor events --run RUN",
+		"conductor events --follow          # what every worker, review and landing does, live",
+		"conductor events --run RUN --follow --until role_complete   # wait for a run to end",
+		"conductor events --json | jq -c 'select(.kind==\"role_complete\")'",
+	},
 	"completion": {
 		"source <(conductor completion bash)",
 		"conductor completion zsh > \"${fpath[1]}/_conductor\"",

@@ -107,6 +107,9 @@ func landAction(c *cli.Context, d *deps) error {
 		Log:        d.Log,
 		Fault:      faultInjector(d.Getenv, "land"),
 	})
+	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
+		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
+	}
 	if err != nil || issue <= 0 || out.Status != land.StatusLanded {
 		return err
 	}
@@ -172,4 +175,12 @@ func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
 	}
 	fmt.Fprintf(d.Stderr, "committer: %s <%s> (%s)\n", name, email, source)
 	return land.Identity{Name: name, Email: email}
+}
+
+// landRunID is the run a decision's work came from ("" when unknown).
+func landRunID(ctx context.Context, s bus.Store, id string) string {
+	if dec, err := s.GetDecision(ctx, id); err == nil {
+		return dec.RunID
+	}
+	return ""
 }

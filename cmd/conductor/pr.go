@@ -168,6 +168,7 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 	if err != nil {
 		return err
 	}
+	d.emit(c, bus.EventPROpened, res.RunID, "", "conductor", map[string]any{"repo": res.Repo, "number": res.PR.Number, "url": res.PR.URL, "draft": res.PR.Draft})
 	if err := printPR(d.Stdout, d.Stderr, res, o.json); err != nil {
 		return err
 	}

@@ -151,6 +151,12 @@ func reviewAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	if rep.Verdict != nil {
+		d.emit(c, bus.EventReviewed, rep.RunID, res.TaskID, reviewer, map[string]any{"verdict": rep.Verdict.Verdict, "commit": rep.Verdict.Commit, "patchId": rep.PatchID})
+	}
+	if rep.Decision != nil {
+		d.emit(c, bus.EventDecisionRaised, rep.RunID, res.TaskID, reviewer, map[string]any{"decision": rep.Decision.ID, "target": rep.Decision.Target})
+	}
 	if rep.Decision != nil && !c.Bool("json") {
 		fmt.Fprintln(d.Stdout, rep.Decision.ID) // last line: for scripts (the JSON report holds it too)
 	}

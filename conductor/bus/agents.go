@@ -25,14 +25,23 @@ const (
 	CodeCompletionDiffer = "completion-differs"
 )
 
-// Lifecycle event kinds written by the agent lifecycle.
+// Lifecycle event kinds: the agent lifecycle's (conductor mcp) and the
+// flow's own (a run, its review, the decision, the landing, the PR).
 const (
-	EventClaimed        = "claimed"
-	EventLeaseRenewed   = "lease_renewed"
-	EventReclaimed      = "reclaimed" // an expired lease taken over
-	EventCompleted      = "completed"
-	EventNoteAdded      = "note_added"
-	EventDecisionRaised = "decision_raised"
+	EventClaimed          = "claimed"
+	EventLeaseRenewed     = "lease_renewed"
+	EventReclaimed        = "reclaimed" // an expired lease taken over
+	EventCompleted        = "completed"
+	EventNoteAdded        = "note_added"
+	EventDecisionRaised   = "decision_raised"
+	EventStarted          = "started"        // a run began (or resumed)
+	EventCheckpoint       = "checkpoint"     // a run's checkpoint was written
+	EventNoteDelivered    = "note_delivered" // a note reached the model
+	EventRoleComplete     = "role_complete"  // a run ended: harness, model, tokens, outcome
+	EventReviewed         = "reviewed"       // a verdict was recorded
+	EventDecisionResolved = "decision_resolved"
+	EventLanded           = "landed"
+	EventPROpened         = "pr_opened"
 )
 
 // Lease is an outside agent's hold on a backlog item: the claim (claims
@@ -137,6 +146,25 @@ func Agents(s Store) (AgentStore, error) {
 		return nil, fmt.Errorf("bus store %T has no agent leases or events", s)
 	}
 	return a, nil
+}
+
+// Emit appends a lifecycle event when the store keeps events, and says
+// nothing when it does not (a test double): events are the record for
+// people and watchers, never what a step depends on. md is the metadata.
+func Emit(ctx context.Context, s Store, kind, runID, taskID, actor string, md map[string]any) error {
+	a, ok := s.(AgentStore)
+	if !ok || s == nil {
+		return nil
+	}
+	raw, err := json.Marshal(md)
+	if err != nil {
+		return fmt.Errorf("event %s: %w", kind, err)
+	}
+	if md == nil {
+		raw = nil
+	}
+	_, err = a.AppendEvent(context.WithoutCancel(ctx), Event{Kind: kind, RunID: runID, TaskID: taskID, Actor: actor, Metadata: raw})
+	return err
 }
 
 // hashToken is what is stored of a lease token.
