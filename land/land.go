@@ -213,7 +213,7 @@ type lander struct {
 	update   *patch.Started // `update-ref --stdin`, started early (nil: start one when needed)
 	now      time.Time      // its commit's and note's committer date: the landing's start, or the gate's end
 
-	pre  []*prewritten   // objects written ahead (speculate.go)
+	pre []*prewritten // objects written ahead (speculate.go)
 
 	// Git work started early (speculate.go), waited for before returning.
 	bg     context.Context

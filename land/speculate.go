@@ -260,4 +260,3 @@ func (l *lander) waitPrewrites() {
 func (l *lander) dropPrewritten() {
 	l.waitPrewrites()
 }
-
