@@ -28,11 +28,13 @@ type Job struct {
 // Mapping onto a task file (see docs/queue.md):
 //
 //	taskId | task_id          → id (default "t-<role>-<payload id>")
-//	roleId | role_id | role   → role
+//	type                      → "role_dispatch" (or absent); any other type is refused
+//	roleId | role_id | role   → role ("role-implementer" → implementer)
 //	briefPath | brief_path    → brief (the brief is appended to the role prompt)
-//	harness | harnessAlias    → harness; "code" grants read/write/edit/bash, "doc" read/write/edit
+//	harness | harnessAlias    → harness, kept as named; a doc alias (doc, docs, doc-writer…)
+//	                            grants read/write/edit, any other read/write/edit/bash
 //	modelAlias | model_alias  → model
-//	resume                    → resume the run from its checkpoint
+//	resume | resumeFromCheckpoint → resume the run from its checkpoint
 //	runId | run_id            → the run id (default "r-job-<payload id>")
 //	workspace                 → workspace (default "default")
 //	session                   → session (default: the task id)
@@ -40,6 +42,8 @@ type Job struct {
 //	timeoutSeconds            → timeoutSeconds (default 1800)
 //	pr                        → open a draft PR when review approves
 type SeedJob struct {
+	// Type is the orchestrator's job type: "role_dispatch" (or absent).
+	Type           string `json:"type"`
 	TaskID         string `json:"taskId"`
 	RoleID         string `json:"roleId"`
 	BriefPath      string `json:"briefPath"`
@@ -58,6 +62,7 @@ var seedAliases = map[string]string{
 	"task_id": "taskId", "role_id": "roleId", "role": "roleId", "brief_path": "briefPath", "brief": "briefPath",
 	"harness_alias": "harness", "harnessAlias": "harness", "model_alias": "modelAlias", "model": "modelAlias",
 	"run_id": "runId", "timeout_seconds": "timeoutSeconds",
+	"resumeFromCheckpoint": "resume", "resume_from_checkpoint": "resume",
 }
 
 // Envelope is what `conductor enqueue` pushes: a task with a fresh run id.
@@ -118,9 +123,15 @@ func ParseJob(payload []byte) (Job, error) {
 	if err := dec.Decode(&s); err != nil {
 		return Job{}, fmt.Errorf("job payload: neither a task file (no taskVersion) nor a seed job: %w", err)
 	}
+	if s.Type != "" && s.Type != "role_dispatch" {
+		return Job{}, fmt.Errorf("job payload: seed job: type %q: this worker runs role_dispatch jobs", s.Type)
+	}
 	if s.RoleID == "" {
 		return Job{}, fmt.Errorf("job payload: seed job: roleId is required")
 	}
+	// The orchestrator names roles "role-<name>" (role-implementer): the
+	// contract is <name>.
+	s.RoleID = strings.TrimPrefix(s.RoleID, "role-")
 	if s.TaskID == "" {
 		s.TaskID = "t-" + s.RoleID + "-" + id
 	}
@@ -139,13 +150,14 @@ func ParseJob(payload []byte) (Job, error) {
 	if s.TimeoutSeconds == 0 {
 		s.TimeoutSeconds = 1800
 	}
+	// The seed's resolveHarnessForJob: a doc harness (doc, docs,
+	// doc-writer, …) runs no commands; every other alias is a code harness.
+	// The alias itself is kept (the task's harness) and recorded by the run.
 	tools := []string{"read", "write", "edit", "bash"}
-	switch strings.ToLower(s.Harness) {
-	case "", "code", "claude-code", "codex":
-	case "doc", "docs":
+	if h := strings.ToLower(s.Harness); h == "doc" || h == "docs" || strings.HasPrefix(h, "doc-") || strings.HasSuffix(h, "-doc") || strings.HasSuffix(h, "-docs") {
 		tools = []string{"read", "write", "edit"}
-	default:
-		return Job{}, fmt.Errorf("job payload: seed job: harness %q: want code or doc", s.Harness)
+	} else if s.Harness != "" && !validAlias(s.Harness) {
+		return Job{}, fmt.Errorf("job payload: seed job: harnessAlias %q: want letters, digits, '.', '_' or '-'", s.Harness)
 	}
 	task := map[string]any{
 		"taskVersion":    1,
@@ -174,4 +186,17 @@ func ParseJob(payload []byte) (Job, error) {
 		return Job{}, err
 	}
 	return Job{Task: tb, RunID: s.RunID, Resume: s.Resume, PR: s.PR, Shape: "seed"}, nil
+}
+
+// validAlias reports whether a harness alias is a plain name.
+func validAlias(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

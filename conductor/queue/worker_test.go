@@ -130,7 +130,11 @@ func TestParseJobShapes(t *testing.T) {
 		{"not json", `nope`, "", "not a JSON object"},
 		{"seed without role", `{"briefPath":"b.md"}`, "", "roleId is required"},
 		{"unknown field", `{"roleId":"x","colour":"red"}`, "", "colour"},
-		{"bad harness", `{"roleId":"x","harness":"gui"}`, "", "harness"},
+		{"bad harness", `{"roleId":"x","harness":"gui tool"}`, "", "harnessAlias"},
+		// The seed's own payloads (issue 20).
+		{"role_dispatch", `{"type":"role_dispatch","roleId":"role-implementer","briefPath":".convoys/x.md","harnessAlias":"code","modelAlias":"ollama-qwen","workspace":"stack-repo","resumeFromCheckpoint":true}`, "seed", ""},
+		{"doc-writer example", `{"roleId":"role-doc-writer","harnessAlias":"doc-writer"}`, "seed", ""},
+		{"other job type", `{"type":"convoy_close","roleId":"role-implementer"}`, "", `type "convoy_close"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j, err := ParseJob([]byte(tc.payload))
@@ -147,6 +151,11 @@ func TestParseJobShapes(t *testing.T) {
 				t.Fatalf("job %+v", j)
 			}
 		})
+	}
+	d, _ := ParseJob([]byte(`{"type":"role_dispatch","roleId":"role-doc-writer","harnessAlias":"doc-writer","resumeFromCheckpoint":true}`))
+	if !d.Resume || !strings.Contains(string(d.Task), `"role":"doc-writer"`) || !strings.Contains(string(d.Task), `"harness":"doc-writer"`) ||
+		strings.Contains(string(d.Task), `"bash"`) {
+		t.Fatalf("role_dispatch mapping: %+v %s", d, d.Task)
 	}
 	j, _ := ParseJob([]byte(`{"roleId":"implementer","briefPath":"b.md","resume":true,"runId":"r-9"}`))
 	if !j.Resume || j.RunID != "r-9" || !strings.Contains(string(j.Task), `"brief":"b.md"`) {
