@@ -26,6 +26,7 @@ const (
 	OutcomeTimeout        = "timeout"         // killed at Spec.Timeout
 	OutcomeOutputExceeded = "output-exceeded" // killed after writing more than the kill limit
 	OutcomeCancelled      = "cancelled"       // killed because the caller's context ended
+	OutcomeMemoryExceeded = "memory-exceeded" // failed or killed at its memory limit
 )
 
 // runner holds what one execution needs besides the *exec.Cmd.

@@ -65,7 +65,7 @@ type Result struct {
 	Duration  time.Duration `json:"duration"`
 
 	// Outcome names how the command ended: exited, signaled, timeout,
-	// output-exceeded, cancelled (the Outcome* constants).
+	// output-exceeded, memory-exceeded, cancelled (the Outcome* constants).
 	Outcome string `json:"outcome"`
 	// Signal is the signal that ended the command when Outcome is
 	// signaled (e.g. "killed" for a command killed by the kernel).
@@ -75,6 +75,10 @@ type Result struct {
 	OutputExceeded bool `json:"outputExceeded"`
 	// OutputBytes is the total output written, kept or not.
 	OutputBytes int64 `json:"outputBytes"`
+	// MemoryExceeded: the command failed for want of memory under its
+	// limit (Outcome memory-exceeded): its cgroup recorded an OOM kill,
+	// or, with RLIMIT_DATA only, it failed saying it was out of memory.
+	MemoryExceeded bool `json:"memoryExceeded,omitempty"`
 }
 
 // Sandbox runs commands in isolation.

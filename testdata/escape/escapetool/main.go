@@ -9,6 +9,8 @@
 //	escapetool symlink TARGET LINK   plant a symlink
 //	escapetool link OLD NEW          make a hard link
 //	escapetool fill PATH BYTES       write BYTES bytes to PATH
+//	escapetool alloc BYTES           map and touch BYTES bytes of memory (mmap: fails cleanly with ENOMEM)
+//	escapetool allocheap BYTES       allocate and touch BYTES bytes on the Go heap
 //	escapetool mkfifo PATH           make a named pipe (a file that blocks its reader)
 //	escapetool env                   print the environment, one per line
 //	escapetool connect ADDR          open a TCP connection to ADDR
@@ -71,6 +73,20 @@ func main() {
 		var n int64
 		if _, err = fmt.Sscan(args[1], &n); err == nil {
 			err = fill(args[0], n)
+		}
+	case "alloc", "allocheap":
+		need(1)
+		var n int
+		if _, err = fmt.Sscan(args[0], &n); err == nil {
+			if os.Args[1] == "alloc" {
+				held, err = syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+			} else {
+				held = make([]byte, n)
+			}
+		}
+		if err == nil {
+			touch(held)
+			fmt.Printf("allocated %d bytes\n", len(held))
 		}
 	case "mkfifo":
 		need(1)
@@ -280,5 +296,15 @@ func probeSyscalls() {
 		} else {
 			fmt.Printf("%s: %v\n", c.name, errno)
 		}
+	}
+}
+
+// held keeps alloc's memory in use until the program exits.
+var held []byte
+
+// touch writes every page of b, so the memory is really used.
+func touch(b []byte) {
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
 	}
 }
