@@ -65,6 +65,10 @@ type Options struct {
 	// PATH.
 	BwrapPath   string
 	PrlimitPath string
+
+	// Docker tunes the docker backend (docker.go): engine, image, and the
+	// memory, CPU and process limits of a job's container.
+	Docker DockerOptions
 }
 
 // Environment variables read by OptionsFromEnv.
@@ -73,7 +77,7 @@ const (
 	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS" // RLIMIT_NPROC
 	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"  // colon-separated extra read-only paths
 	EnvBwrap    = "CONDUCTOR_BWRAP"             // path of the bwrap executable
-	EnvBackend  = "WORKER_SANDBOX"              // the backend runs use (auto, bwrap, none), as run-task --sandbox reads it
+	EnvBackend  = "WORKER_SANDBOX"              // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
 )
 
 // OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
@@ -119,7 +123,9 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		}
 	}
 	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
-	return o, nil
+	var err error
+	o.Docker, err = dockerOptionsFromEnv(getenv)
+	return o, err
 }
 
 func (o Options) withDefaults() Options {
