@@ -879,3 +879,106 @@ func (i dockerInfo) has(opt string) bool {
 }
 
 var _ io.Closer = (*dockerBackend)(nil)
+
+// probeDocker checks the docker backend by really running a command in a
+// job's container: the engine, its isolation options, and that the limits
+// were applied.
+func probeDocker(ctx context.Context, o Options) BackendReport {
+	rep := BackendReport{Name: BackendDocker}
+	add := func(name string, ok bool, format string, args ...any) {
+		rep.Checks = append(rep.Checks, Check{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	}
+	fail := func(detail string) BackendReport { rep.Detail = detail; return rep }
+	d := o.Docker.withDefaults(o)
+	cli, version, err := d.engine(ctx)
+	if cli == "" {
+		add("docker CLI installed", false, "%v", err)
+		return fail("the docker CLI is not installed")
+	}
+	add("docker CLI installed", true, "%s", cli)
+	if err != nil {
+		add("docker engine reachable", false, "%v", err)
+		return fail("no Docker engine reachable at " + d.where())
+	}
+	add("docker engine reachable", true, "engine %s at %s", version, d.where())
+	b := &dockerBackend{opts: o, dopts: d, cli: cli}
+	info, err := b.info(ctx)
+	if err != nil {
+		add("engine options", false, "%v", err)
+		return fail("docker info failed")
+	}
+	if info.has("rootless") {
+		add("rootless", true, "the engine runs rootless (its root is the user that started it)")
+	} else {
+		add("rootless", true, "no: the engine runs as root; a worker must never get its socket (docs/security.md)")
+	}
+	if !info.has("seccomp") {
+		add("seccomp profile", false, "the engine applies no seccomp profile (%s)", strings.Join(info.SecurityOptions, ", "))
+		return fail("no seccomp profile")
+	}
+	add("seccomp profile", true, "Docker's default profile (%s)", strings.Join(info.SecurityOptions, ", "))
+	if !info.MemoryLimit || !info.PidsLimit || !info.CPUCfsQuota {
+		add("limits supported", false, "memory %v, pids %v, CPU quota %v (cgroup v%s, %s)", info.MemoryLimit, info.PidsLimit, info.CPUCfsQuota, info.CgroupVersion, info.CgroupDriver)
+		return fail("the engine cannot apply the memory, CPU and process limits")
+	}
+	add("limits supported", true, "memory, pids and CPU quota (cgroup v%s, %s)", info.CgroupVersion, info.CgroupDriver)
+	sb, err := newDocker(o)
+	if err != nil {
+		add("runs a command", false, "%v", err)
+		return fail(err.Error())
+	}
+	defer sb.Close()
+	dir, err := os.MkdirTemp("", "conductor-sandbox-probe-")
+	if err != nil {
+		add("runs a command", false, "%v", err)
+		return fail(err.Error())
+	}
+	defer os.RemoveAll(dir)
+	res, err := sb.Run(ctx, Spec{Dir: dir, Argv: []string{"true"}, Env: []string{"PATH=/usr/bin:/bin"}, Timeout: time.Minute})
+	if err == nil && res.ExitCode != 0 {
+		err = fmt.Errorf("`true` exited %d (%s): %s", res.ExitCode, res.Outcome, strings.TrimSpace(string(res.Output)))
+	}
+	if err != nil {
+		add("runs a command", false, "%v", err)
+		return fail("a command does not run in a container")
+	}
+	add("runs a command", true, "image %s, as uid %d", sb.image, sb.id.uid)
+	var box *dockerJob
+	for _, c := range sb.boxes {
+		box = c
+	}
+	var hc struct {
+		NetworkMode    string
+		ReadonlyRootfs bool
+		CapDrop        []string
+		SecurityOpt    []string
+		Memory         int64
+		NanoCpus       int64
+		PidsLimit      *int64
+	}
+	out, err := sb.docker(ctx, "inspect", "--format", "{{json .HostConfig}}", box.name)
+	if err == nil {
+		err = json.Unmarshal(out, &hc)
+	}
+	switch {
+	case err != nil:
+		add("limits work", false, "inspect the container: %v", err)
+		return fail("the container's settings are unverified")
+	case hc.NetworkMode != "none" || !hc.ReadonlyRootfs || len(hc.CapDrop) == 0:
+		add("isolation", false, "network %q, read-only root %v, capabilities dropped %v", hc.NetworkMode, hc.ReadonlyRootfs, hc.CapDrop)
+		return fail("the container is not isolated as asked")
+	case hc.Memory != d.MemoryBytes || hc.PidsLimit == nil || *hc.PidsLimit != d.PidsLimit || hc.NanoCpus != int64(d.CPUs*1e9):
+		add("limits work", false, "memory %d, pids %v, CPUs %d/1e9: not what was asked", hc.Memory, hc.PidsLimit, hc.NanoCpus)
+		return fail("the limits were not applied")
+	}
+	add("isolation", true, "no network, read-only root, capabilities dropped (%s), %s", strings.Join(hc.CapDrop, ","), strings.Join(hc.SecurityOpt, ","))
+	counters := "OOM kills and refused forks read from the container's cgroup"
+	if box.memFile == "" || box.pidFile == "" {
+		counters = "the container's cgroup counters were not found: a command at a limit is reported by its exit, without memory-exceeded or pids-exceeded"
+	}
+	add("limits work", true, "memory %s, CPUs %g, processes %d, file size %s, open files %d, /tmp %s; %s",
+		bytesize(d.MemoryBytes), d.CPUs, d.PidsLimit, bytesize(int64(o.MaxFileSize)), o.MaxOpenFiles, bytesize(o.TmpSize), counters)
+	rep.Works = true
+	rep.Detail = "works: one container per job, unprivileged, no network, read-only root, worktree the only writable path, .git hidden, memory/CPU/pids limits"
+	return rep
+}

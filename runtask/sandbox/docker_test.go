@@ -707,3 +707,30 @@ func TestDockerCrashHelper(t *testing.T) {
 	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "orphans", tok}, Timeout: 2 * time.Minute})
 	t.Fatalf("the helper should have been killed: %v %s", err, strings.TrimSpace(string(res.Output)))
 }
+
+func TestDockerProbe(t *testing.T) {
+	host := dockerHost(t)
+	dir, _ := escapeTool(t)
+	rep := Probe(context.Background(), Options{ReadOnly: []string{dir}, Docker: DockerOptions{Host: host}})
+	d, ok := rep.Backend(BackendDocker)
+	if !ok || !d.Works {
+		t.Fatalf("docker on the test engine: %+v", d)
+	}
+	for _, name := range []string{"docker engine reachable", "rootless", "seccomp profile", "limits supported", "runs a command", "isolation", "limits work"} {
+		found := false
+		for _, c := range d.Checks {
+			if c.Name == name {
+				found = c.OK
+			}
+		}
+		if !found {
+			t.Errorf("check %q missing or failed: %+v", name, d.Checks)
+		}
+	}
+	if b, _ := rep.Backend(BackendBwrap); !b.Works && rep.Default != BackendDocker {
+		t.Errorf("bwrap does not work, docker does: default %q, want docker", rep.Default)
+	}
+	if n := len(dockerContainers(t, host)); n != 0 {
+		t.Errorf("the probe left %d containers", n)
+	}
+}
