@@ -37,7 +37,7 @@ func newLandCmd(d *deps) *cli.Command {
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
-			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
@@ -85,6 +85,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	defer closeSandbox(d, sb)
 	out, err := land.Run(ctx, land.Options{
 		Sandbox:    sb,
 		Store:      store,

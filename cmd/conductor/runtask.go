@@ -23,7 +23,7 @@ func runTaskFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else the registry default)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
 		&cli.StringFlag{Name: "repo", Usage: "the workspace repository `DIR` (default: $WORKER_REPO_ROOT/<workspace>, else <data root>/workspaces/<workspace>)"},
 		&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
-		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
+		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
 		&cli.BoolFlag{Name: "json", Usage: "print JSONL progress events on stdout, the last one holding the result"},
 		&cli.BoolFlag{Name: "progress", Usage: "print a progress line per step on stderr even when it is not a terminal"},
 		&cli.BoolFlag{Name: "keep-worktree", Usage: "keep the worktree after the run (it stays with the session)"},
@@ -139,6 +139,7 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	if err := prepareRun(c, d, &opts, task); err != nil {
 		return err
 	}
+	defer closeSandbox(d, opts.Sandbox)
 	var res runrec.Result
 	var err error
 	if resumeID != "" {

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -162,6 +163,7 @@ type dockerBackend struct {
 	layout  hostLayout
 	state   string // host folder holding the empty file bound over a .git file
 	image   string
+	tag     string // random: names this backend's containers apart from other backends' of this process
 
 	mu     sync.Mutex
 	boxes  map[string]*dockerJob
@@ -247,6 +249,11 @@ func newDocker(o Options) (*dockerBackend, error) {
 		return nil, fmt.Errorf("%w: docker: %v", ErrUnavailable, err)
 	}
 	b := &dockerBackend{opts: o, dopts: d, id: id, cli: cli, version: version, boxes: map[string]*dockerJob{}}
+	var rnd [4]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		return nil, err
+	}
+	b.tag = hex.EncodeToString(rnd[:])
 	for _, p := range o.ReadOnly {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: docker: read-only path %q is not absolute", ErrUnavailable, p)
@@ -558,7 +565,7 @@ func (b *dockerBackend) box(ctx context.Context, p plan) (*dockerJob, error) {
 	key := hex.EncodeToString(h[:8])
 	c := b.boxes[key]
 	if c == nil || c.dead {
-		c = &dockerJob{name: dockerPrefix + strconv.Itoa(os.Getpid()) + "-" + key}
+		c = &dockerJob{name: dockerPrefix + strconv.Itoa(os.Getpid()) + "-" + b.tag + "-" + key}
 		b.boxes[key] = c
 	}
 	b.mu.Unlock()
