@@ -100,7 +100,8 @@ func startDocker() {
 }
 
 // StopDocker stops the dockerd Docker started, if any, and removes its
-// folder. Containers left running are stopped with it.
+// folder; the next Docker starts a new one. Containers left running are
+// stopped with it.
 func StopDocker() {
 	if dockerd.cmd == nil {
 		return
@@ -115,4 +116,5 @@ func StopDocker() {
 		<-done
 	}
 	_ = os.RemoveAll(dockerd.dir)
+	dockerd.once, dockerd.host, dockerd.err, dockerd.skip, dockerd.cmd, dockerd.dir = sync.Once{}, "", nil, "", nil, ""
 }
