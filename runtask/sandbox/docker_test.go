@@ -23,7 +23,7 @@ const dockerHostEnv = "CONDUCTOR_TEST_DOCKER_HOST"
 
 // dockerHost is the test engine: the private dockerd testenv starts (or
 // the parent test's, in a helper process).
-func dockerHost(t *testing.T) string {
+func dockerHost(t testing.TB) string {
 	t.Helper()
 	if h := os.Getenv(dockerHostEnv); h != "" {
 		return h
