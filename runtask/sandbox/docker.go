@@ -780,6 +780,9 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 			}
 		}
 	}
+	if err := b.checkSocket(p); err != nil {
+		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+	}
 	c, err := b.box(ctx, p)
 	if err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
@@ -850,6 +853,32 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 		res.Outcome = OutcomePidsExceeded
 	}
 	return res, nil
+}
+
+// checkSocket refuses a plan that would bind the engine's socket (or a
+// folder holding it) into the container: whoever reaches it is root on the
+// host.
+func (b *dockerBackend) checkSocket(p plan) error {
+	socks := []string{"/var/run/docker.sock", "/run/docker.sock"}
+	if s, ok := strings.CutPrefix(b.dopts.Host, "unix://"); ok {
+		socks = append(socks, s)
+	}
+	binds := []string{p.dir, p.scratch}
+	for _, m := range p.mounts {
+		binds = append(binds, m.Path)
+	}
+	binds = append(binds, b.opts.ReadOnly...)
+	for _, s := range socks {
+		if real, err := filepath.EvalSymlinks(s); err == nil {
+			s = real
+		}
+		for _, d := range binds {
+			if d != "" && within(s, d) {
+				return fmt.Errorf("refusing to bind %s into the container: it holds the Docker engine's socket %s", d, s)
+			}
+		}
+	}
+	return nil
 }
 
 // dockerInfo is what `docker info` says about the engine's isolation.

@@ -734,3 +734,40 @@ func TestDockerProbe(t *testing.T) {
 		t.Errorf("the probe left %d containers", n)
 	}
 }
+
+func TestDockerSeccompRefusesKernelInterfaces(t *testing.T) {
+	sb := dockerBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "syscalls"}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("syscalls: %v %s", err, res.Output)
+	}
+	// Docker's default profile. (io_uring only from Docker 25 on:
+	// docs/security.md, known gaps.)
+	for _, name := range []string{"keyctl", "add_key", "bpf", "perf_event_open", "userfaultfd"} {
+		if !strings.Contains(string(res.Output), name+": operation not permitted\n") {
+			t.Errorf("%s is not refused in the container:\n%s", name, res.Output)
+		}
+	}
+	// No key of the conductor's keyrings is readable.
+	res, err = sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "keys"}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 {
+		t.Fatalf("ESCAPE: read a key in the container: %s", res.Output)
+	}
+}
+
+func TestDockerRefusesToBindTheEngineSocket(t *testing.T) {
+	host := dockerHost(t)
+	sb := dockerBox(t, nil)
+	sockDir := filepath.Dir(strings.TrimPrefix(host, "unix://"))
+	for _, m := range []Mount{{Path: sockDir}, {Path: sockDir, Writable: true}} {
+		_, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"true"}, Env: []string{testPath}, Mounts: []Mount{m}, Timeout: 20 * time.Second})
+		if err == nil || !strings.Contains(err.Error(), "socket") {
+			t.Fatalf("mount %+v of the engine's folder: err %v, want a refusal naming the socket", m, err)
+		}
+	}
+}
