@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -42,6 +43,9 @@ func Docker(t testing.TB) string {
 	return dockerd.host
 }
 
+// dockerdExited is closed when the dockerd Docker started has exited.
+var dockerdExited = make(chan struct{})
+
 func startDocker() {
 	bin, err := exec.LookPath("dockerd")
 	if err != nil {
@@ -76,7 +80,21 @@ func startDocker() {
 		"--bridge=none", "--log-level=warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	// The parent-death signal follows the thread that forks: start dockerd
+	// from a thread of its own that lives as long as dockerd does (a Go
+	// thread ends when a goroutine exits while locked to it, as the
+	// sandbox's do, and would take dockerd with it).
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+		}
+		close(dockerdExited)
+	}()
+	if err := <-started; err != nil {
 		dockerd.err = fmt.Errorf("start dockerd: %w", err)
 		return
 	}
@@ -107,14 +125,13 @@ func StopDocker() {
 		return
 	}
 	_ = dockerd.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = dockerd.cmd.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-dockerdExited:
 	case <-time.After(30 * time.Second):
 		_ = syscall.Kill(-dockerd.cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		<-dockerdExited
 	}
+	dockerdExited = make(chan struct{})
 	_ = os.RemoveAll(dockerd.dir)
 	dockerd.once, dockerd.host, dockerd.err, dockerd.skip, dockerd.cmd, dockerd.dir = sync.Once{}, "", nil, "", nil, ""
 }

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -178,7 +179,7 @@ type dockerJob struct {
 	keep    map[int]bool // host pids of its init and keeper
 	memFile string       // host cgroup file counting OOM kills ("" when not found)
 	pidFile string       // host cgroup file counting refused forks ("" when not found)
-	dead    bool         // removed or failed: the next Run makes a new one
+	dead    atomic.Bool  // removed or failed: the next Run makes a new one
 }
 
 // DockerEngine says whether the engine answers: its version, or an error
@@ -326,7 +327,7 @@ func (b *dockerBackend) Close() error {
 		if _, err := b.docker(ctx, "rm", "--force", "--volumes", c.name); err != nil && !strings.Contains(err.Error(), dockerNotFound) {
 			errs = append(errs, err)
 		}
-		c.dead = true
+		c.dead.Store(true)
 		c.mu.Unlock()
 	}
 	if state != "" {
@@ -564,17 +565,18 @@ func (b *dockerBackend) box(ctx context.Context, p plan) (*dockerJob, error) {
 	h := sha256.Sum256([]byte(strings.Join(m.args, "\x00")))
 	key := hex.EncodeToString(h[:8])
 	c := b.boxes[key]
-	if c == nil || c.dead {
+	if c == nil || c.dead.Load() {
 		c = &dockerJob{name: dockerPrefix + strconv.Itoa(os.Getpid()) + "-" + b.tag + "-" + key}
 		b.boxes[key] = c
 	}
 	b.mu.Unlock()
 	c.mu.Lock()
-	if c.keep != nil && !c.dead {
+	if c.keep != nil && !c.dead.Load() {
 		return c, nil
 	}
 	if err := b.start(ctx, c, p, m); err != nil {
-		c.dead = true
+		c.dead.Store(true)
+		_, _ = b.docker(context.WithoutCancel(ctx), "rm", "--force", c.name)
 		c.mu.Unlock()
 		return nil, err
 	}
@@ -606,14 +608,18 @@ func (b *dockerBackend) start(ctx context.Context, c *dockerJob, p plan, m docke
 		_, _ = b.docker(context.WithoutCancel(ctx), "rm", "--force", c.name)
 		return fmt.Errorf("start the job's container: %v", err)
 	}
-	out, err := b.docker(ctx, "inspect", "--format", "{{.State.Pid}} {{.State.Running}}", c.name)
+	out, err := b.docker(ctx, "inspect", "--format", "{{.State.Pid}} {{.State.ExitCode}} {{.State.Error}}", c.name)
 	if err != nil {
 		return err
 	}
 	f := strings.Fields(string(out))
 	pid, _ := strconv.Atoi(firstField(f))
 	if pid <= 0 {
-		return fmt.Errorf("container %s did not start: %q", c.name, out)
+		why := strings.TrimSpace(string(out))
+		if len(f) > 1 && f[1] == "127" {
+			why = "its keeper `sleep` was not found in the image (exit 127): the image lacks the toolchain (`sleep`, `/usr/bin/env` and the role's commands)"
+		}
+		return fmt.Errorf("container %s exited at once: %s", c.name, why)
 	}
 	ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
 	if err != nil {
@@ -783,15 +789,37 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err := b.checkSocket(p); err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
 	}
-	c, err := b.box(ctx, p)
-	if err != nil {
-		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+	for attempt := 0; ; attempt++ {
+		c, err := b.box(ctx, p)
+		if err != nil {
+			return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+		}
+		if c.keeperAlive() {
+			res, err := b.exec(ctx, c, p, spec) // unlocks c
+			if err == nil && attempt == 0 && res.Outcome == OutcomeExited && res.ExitCode != 0 &&
+				bytes.HasPrefix(res.Output, []byte("Error response from daemon:")) && c.dead.Load() {
+				// The container stopped before the command could start
+				// in it (its keeper was dying): run it in a new one.
+				_, _ = b.docker(context.WithoutCancel(ctx), "rm", "--force", c.name)
+				continue
+			}
+			return res, err
+		}
+		// An earlier command killed the keeper (it runs as the same uid),
+		// so the container stopped: the job gets a new one, with an empty
+		// /tmp.
+		c.dead.Store(true)
+		_, _ = b.docker(context.WithoutCancel(ctx), "rm", "--force", c.name)
+		c.mu.Unlock()
+		if attempt > 0 {
+			return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: the job's container %s stopped at once", c.name)
+		}
 	}
+}
+
+// exec runs spec in c (locked by the caller; exec unlocks it).
+func (b *dockerBackend) exec(ctx context.Context, c *dockerJob, p plan, spec Spec) (Result, error) {
 	defer c.mu.Unlock()
-	if !c.keeperAlive() {
-		c.dead = true
-		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: the job's container %s stopped; the next command makes a new one", c.name)
-	}
 	o := b.opts
 	// Nothing of an earlier command runs (a straggler started after its kill).
 	c.killRest(o.KillGrace)
@@ -836,9 +864,9 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 		return res, err
 	}
 	if !c.keeperAlive() {
-		c.dead = true
+		c.dead.Store(true)
 	}
-	if res.Outcome == OutcomeExited && (res.ExitCode == 125 || res.ExitCode == 126) && c.dead {
+	if res.Outcome == OutcomeExited && (res.ExitCode == 125 || res.ExitCode == 126) && c.dead.Load() {
 		return res, fmt.Errorf("sandbox docker: %s", strings.TrimSpace(string(res.Output)))
 	}
 	if res.Outcome == OutcomeExited && res.ExitCode >= 128+1 && res.ExitCode <= 128+64 {

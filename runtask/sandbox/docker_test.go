@@ -771,3 +771,38 @@ func TestDockerRefusesToBindTheEngineSocket(t *testing.T) {
 		}
 	}
 }
+
+func TestDockerImageWithoutToolchain(t *testing.T) {
+	host := dockerHost(t)
+	// The scratch image itself holds no program: as an operator's image
+	// (no host folders bound) it cannot even start the job's keeper.
+	plain := dockerBox(t, nil)
+	sb := dockerBox(t, func(o *Options) { o.Docker.Image = plain.image })
+	_, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"go", "test"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "sleep") {
+		t.Fatalf("err %v, want a refusal naming the missing program", err)
+	}
+	if n := len(dockerContainers(t, host)); n != 0 {
+		t.Fatalf("%d containers left after the refusal", n)
+	}
+	// An operator's image that does not exist is refused by New.
+	_, err = NewWithOptions(BackendDocker, Options{Docker: DockerOptions{Host: host, Image: "conductor-no-such-image:1"}})
+	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "conductor-no-such-image") {
+		t.Fatalf("err %v, want ErrUnavailable naming the image", err)
+	}
+}
+
+func TestDockerKilledKeeperGivesANewContainer(t *testing.T) {
+	sb := dockerBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	// kill -1 as the sandbox uid reaches the container's keeper: the
+	// container stops. The next command gets a new one.
+	if _, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "kill", "-1"}, Timeout: 20 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{"echo", "still here"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 || string(res.Output) != "still here\n" {
+		t.Fatalf("after the keeper was killed: %v %+v %q", err, res, res.Output)
+	}
+}
