@@ -8,7 +8,7 @@ FUZZTIME ?= 10s
 PI_DIR  ?= /opt/conductor/pi
 PI_VERSION := 0.73.1
 
-.PHONY: build test test-short fuzz bench bench-short demo lint soak pi help
+.PHONY: build test test-short fuzz bench bench-short demo lint soak pi man help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -46,6 +46,10 @@ pi: ## install the pi coding agent for tasks with "runtime": "pi" (npm, into PI_
 	npm install --prefix "$(PI_DIR)" --no-audit --no-fund --loglevel=error @mariozechner/pi-coding-agent@$(PI_VERSION)
 	chmod -R a+rX "$(PI_DIR)"
 	@echo "pi $(PI_VERSION) installed in $(PI_DIR): export CONDUCTOR_PI_DIR=$(PI_DIR)"
+
+man: build ## write the conductor(1) man page to docs/man/conductor.1
+	mkdir -p docs/man
+	$(BIN) man > docs/man/conductor.1
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

@@ -91,6 +91,11 @@ type Limits struct {
 	TokenBudget           int64 `json:"tokenBudget,omitempty"`
 	CommandTimeoutSeconds int   `json:"commandTimeoutSeconds,omitempty"`
 	OutputLimitBytes      int   `json:"outputLimitBytes,omitempty"`
+	// MemoryBytes bounds the memory of each of the role's commands
+	// (sandbox.Spec.MemoryLimit): it may lower the operator's limit
+	// (CONDUCTOR_SANDBOX_MAX_MEMORY, default 1 GiB), never raise it; 0
+	// means the operator's limit.
+	MemoryBytes int64 `json:"memoryBytes,omitempty"`
 }
 
 // Role answers what one role may do. It implements runtask's RolePolicy.
@@ -139,7 +144,10 @@ func (r *Role) AllowsTool(tool string) bool {
 
 // CheckCommand returns nil when argv starts with one of the role's allowlisted
 // argv prefixes, element by element and exactly, and no later argument is one
-// of the role's denied arguments. Otherwise it returns a *Refusal.
+// of the role's denied arguments or the program's own denied forms, in any
+// spelling the program accepts (see argv.go). Otherwise it returns a
+// *Refusal. These rules narrow what a worker asks for; the sandbox is the
+// boundary.
 func (r *Role) CheckCommand(argv []string) error {
 	if !slices.Contains(r.c.Tools, ToolRunCommand) {
 		return Refusef("tool-not-allowed", "use the file tools, or a role whose contract allows run_command",
@@ -161,18 +169,7 @@ func (r *Role) CheckCommand(argv []string) error {
 			Fix:    "use one of the allowlisted commands: " + r.commandList(),
 		}
 	}
-	for _, a := range argv[len(match):] {
-		for _, d := range r.c.DeniedArgs {
-			if deniedArg(a, d) {
-				return Refusef("argument-not-allowed", "drop the argument "+d,
-					"role %s may not pass %q to %s", r.c.Role, a, quoteArgv(match))
-			}
-		}
-		if strings.ContainsRune(a, 0) {
-			return Refusef("argument-not-allowed", "remove the NUL byte", "role %s: argument contains a NUL byte", r.c.Role)
-		}
-	}
-	return nil
+	return r.checkArgs(match, argv[len(match):])
 }
 
 // deniedArg reports whether argument a is the denied flag d, alone or with
@@ -335,6 +332,10 @@ func (r *Role) CommandTimeout() time.Duration {
 
 // OutputLimit caps tool output sent to the model, in bytes; 0 means default.
 func (r *Role) OutputLimit() int { return r.c.Limits.OutputLimitBytes }
+
+// MemoryLimit bounds the memory of one command, in bytes; 0 means the
+// sandbox's default.
+func (r *Role) MemoryLimit() int64 { return r.c.Limits.MemoryBytes }
 
 // Commands returns the allowlisted argv prefixes.
 func (r *Role) Commands() [][]string {

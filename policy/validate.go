@@ -14,25 +14,12 @@ var (
 	gateNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 )
 
-// secretish reports whether an environment variable name looks like it holds
-// a credential or could make a worker's command run host code; a contract
-// may never pass such a name to a worker.
-func secretish(name string) bool {
-	u := strings.ToUpper(name)
-	for _, s := range []string{"TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "APIKEY", "PRIVATE_KEY", "AUTH"} {
-		if strings.Contains(u, s) {
-			return true
-		}
-	}
-	if strings.HasSuffix(u, "_KEY") || strings.HasPrefix(u, "LD_") || strings.HasPrefix(u, "DYLD_") || strings.HasPrefix(u, "GIT_") {
-		return true
-	}
-	switch u {
-	case "DATABASE_URL", "REDIS_URL", "SSH_AUTH_SOCK", "GH_HOST", "NETRC", "BASH_ENV", "ENV", "PROMPT_COMMAND", "PYTHONSTARTUP", "NODE_OPTIONS", "PERL5OPT":
-		return true
-	}
-	return false
-}
+// Bounds of limits.memoryBytes: below 64 MiB (sandbox.MinMemory) the
+// sandbox itself cannot start reliably; above 64 GiB is a typo.
+const (
+	minMemoryBytes = 64 << 20
+	maxMemoryBytes = 64 << 30
+)
 
 type checker struct {
 	l   *loader
@@ -164,7 +151,7 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 		switch {
 		case !envNameRE.MatchString(e):
 			c.bad(f, "%q is not an environment variable name", e)
-		case secretish(e):
+		case Withheld(e):
 			c.bad(f, "%q may hold a credential or run host code: a worker never receives it", e)
 		case seenEnv[e]:
 			c.bad(f, "%q listed twice", e)
@@ -187,6 +174,9 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	}
 	if r.Limits.OutputLimitBytes < 0 {
 		c.bad("limits.outputLimitBytes", "must not be negative")
+	}
+	if m := r.Limits.MemoryBytes; m != 0 && (m < minMemoryBytes || m > maxMemoryBytes) {
+		c.bad("limits.memoryBytes", "%d: want 0 (the sandbox's default) or between %d (64 MiB) and %d (64 GiB) bytes", m, minMemoryBytes, int64(maxMemoryBytes))
 	}
 }
 

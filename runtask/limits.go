@@ -21,6 +21,13 @@ type RolePolicy interface {
 	OutputLimit() int                 // bytes of tool output shown to the model; 0 = default
 }
 
+// memoryLimiter is implemented by roles that bound each command's memory
+// (*policy.Role: the contract's limits.memoryBytes). A role without it, or
+// 0, leaves the sandbox's default.
+type memoryLimiter interface {
+	MemoryLimit() int64 // bytes; 0 = the sandbox's default
+}
+
 // Defaults applied when neither the task, the role nor the environment says.
 const (
 	DefaultMaxSteps        = 50
@@ -41,7 +48,8 @@ type limits struct {
 	TokenBudget     int64 // 0: unlimited
 	CommandTimeout  time.Duration
 	OutputLimit     int
-	CheckpointEvery int // 0: never
+	CheckpointEvery int   // 0: never
+	MemoryLimit     int64 // bytes per command; 0: the sandbox's default
 }
 
 // resolveLimits applies task > role > environment > default.
@@ -69,6 +77,9 @@ func resolveLimits(t Task, role RolePolicy, getenv func(string) string) limits {
 		}
 		if n := role.OutputLimit(); n > 0 {
 			l.OutputLimit = n
+		}
+		if m, ok := role.(memoryLimiter); ok && m.MemoryLimit() > 0 {
+			l.MemoryLimit = m.MemoryLimit()
 		}
 	}
 	if t.MaxSteps > 0 {

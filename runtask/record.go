@@ -20,6 +20,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/termtext"
 )
 
 // StatusDrift ends a resumed run whose worktree no longer matches its
@@ -113,17 +114,21 @@ func (e *emitter) emit(ev Event) {
 	if ev.Tokens != nil {
 		tok = fmt.Sprint(*ev.Tokens)
 	}
+	// For people, one line per event: tool names, notes and texts may be
+	// the model's, so they are escaped (no terminal escape sequence, no
+	// newline starting a line of its own).
+	text, tool := termtext.Line(ev.Text), termtext.Line(ev.Tool)
 	switch ev.Event {
 	case "start":
-		fmt.Fprintf(e.w, "run %s: %s\n", ev.RunID, ev.Text)
+		fmt.Fprintf(e.w, "run %s: %s\n", ev.RunID, text)
 	case "step":
 		fmt.Fprintf(e.w, "step %-3d %-12s tokens %s\n", ev.Step, "model", tok)
 	case "tool":
-		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Tool, ev.Text)
+		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, tool, text)
 	case "stream":
-		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, "receiving", ev.Text)
+		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, "receiving", text)
 	case "note", "resume", "trim":
-		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Event, ev.Text)
+		fmt.Fprintf(e.w, "step %-3d %-12s %s\n", ev.Step, ev.Event, text)
 	case "stop":
 		fmt.Fprintf(e.w, "run %s: %s after %d steps, tokens %s\n", ev.RunID, ev.Status, ev.Step, tok)
 	}

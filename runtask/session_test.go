@@ -208,7 +208,7 @@ func TestRunLimits(t *testing.T) {
 				call(ToolListDir, map[string]any{}),
 				func(ModelRequest) (ModelReply, error) { time.Sleep(2 * time.Second); return final("late"), nil },
 			}}, context.Background()
-		}, runrec.StatusTimeout, "wall-clock limit of 1s reached", 1},
+		}, runrec.StatusTimeout, "wall-clock limit of 1s reached", -1}, // steps: 0 or 1, as fast as the machine is
 		{"cancelled", func(f *fixture, task *Task) (ModelClient, context.Context) {
 			ctx, cancel := context.WithCancel(context.Background())
 			return &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
@@ -232,7 +232,7 @@ func TestRunLimits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Status != tc.status || res.Error != tc.errText || res.Steps != tc.steps {
+			if res.Status != tc.status || res.Error != tc.errText || (tc.steps >= 0 && res.Steps != tc.steps) || res.Steps > 1 && tc.steps < 0 {
 				t.Fatalf("status %q error %q steps %d; want %q %q %d", res.Status, res.Error, res.Steps, tc.status, tc.errText, tc.steps)
 			}
 			checkRecord(t, f, res)

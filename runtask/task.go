@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/conductor-dev/conductor/conductor/jsonstrict"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -204,12 +205,29 @@ func sortedKeys(m map[string]json.RawMessage) []string {
 	return keys
 }
 
-// decodeObject decodes one JSON object, rejecting duplicates and trailing data.
+// decodeObject decodes one JSON object, rejecting duplicates and trailing
+// data; a syntax error names its line and column.
 func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
+	invalid := func(key string, err error) error {
+		off := dec.InputOffset()
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			off = se.Offset
+		}
+		line, col := jsonstrict.LineCol(data, off)
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = errors.New("unexpected end of the file (an object or array is not closed)")
+		}
+		prefix := ""
+		if key != "" {
+			prefix = key + ": "
+		}
+		return fmt.Errorf("%sline %d, column %d: not valid JSON: %v", prefix, line, col, strings.TrimPrefix(err.Error(), "json: "))
+	}
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
+		return nil, invalid("", err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return nil, fmt.Errorf("want a JSON object, got %s", describeToken(tok))
@@ -218,12 +236,12 @@ func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 	for dec.More() {
 		kt, err := dec.Token()
 		if err != nil {
-			return nil, fmt.Errorf("not valid JSON: %v", err)
+			return nil, invalid("", err)
 		}
 		key := kt.(string)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, fmt.Errorf("%s: not valid JSON: %v", key, err)
+			return nil, invalid(key, err)
 		}
 		if _, dup := obj[key]; dup {
 			return nil, fmt.Errorf("%s: duplicate field", key)
@@ -231,10 +249,11 @@ func decodeObject(data []byte) (map[string]json.RawMessage, error) {
 		obj[key] = raw
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, fmt.Errorf("not valid JSON: %v", err)
+		return nil, invalid("", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the JSON object")
+		line, col := jsonstrict.LineCol(data, dec.InputOffset())
+		return nil, fmt.Errorf("line %d, column %d: trailing data after the JSON object", line, col)
 	}
 	return obj, nil
 }

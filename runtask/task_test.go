@@ -31,7 +31,7 @@ func TestParseTask(t *testing.T) {
 		{"version 2", replace(`"taskVersion":1`, `"taskVersion":2`), `taskVersion: unsupported version 2`},
 		{"version 2 with future fields", replace(`"taskVersion":1`, `"taskVersion":2,"future":1`), `future: unknown field`},
 		{"not an object", `[1,2]`, `task.json: want a JSON object, got an array`},
-		{"malformed", `{"taskVersion":1,`, `task.json: not valid JSON`},
+		{"malformed", `{"taskVersion":1,`, `task.json: line 1, column 18: not valid JSON: unexpected end of the file`},
 		{"trailing data", validTask + `{}`, `trailing data`},
 		{"duplicate key", replace(`"id":"t-worker-x"`, `"id":"a","id":"b"`), `id: duplicate field`},
 		{"empty prompt", replace(`"prompt":"do it"`, `"prompt":"  "`), `prompt: must not be empty`},

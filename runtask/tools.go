@@ -665,6 +665,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		Scratch:     tb.scratch,
 		Timeout:     tb.lim.CommandTimeout,
 		OutputLimit: fullOutputLimit,
+		MemoryLimit: tb.lim.MemoryLimit,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)
@@ -675,6 +676,8 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		head = fmt.Sprintf("command timed out after %s (killed with everything it started)\n", tb.lim.CommandTimeout)
 	case res.OutputExceeded || res.Outcome == sandbox.OutcomeOutputExceeded:
 		head = fmt.Sprintf("command killed: it wrote %d bytes, more than the sandbox allows\n", res.OutputBytes)
+	case res.MemoryExceeded || res.Outcome == sandbox.OutcomeMemoryExceeded:
+		head = fmt.Sprintf("command failed at its memory limit (%s; exit status %d): use less memory, or ask for a role with a larger limits.memoryBytes\n", memoryText(tb.lim.MemoryLimit), res.ExitCode)
 	case res.Outcome == sandbox.OutcomeSignaled:
 		head = fmt.Sprintf("command killed by signal %s\n", firstNonEmpty(res.Signal, "(unknown)"))
 	case res.Outcome == sandbox.OutcomeCancelled:
@@ -686,7 +689,18 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		head += "[output truncated by the sandbox]\n"
 	}
 	full := append([]byte(head), res.Output...)
-	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut}
+	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut || res.MemoryExceeded}
+}
+
+// memoryText names a command's memory limit for the model.
+func memoryText(n int64) string {
+	if n <= 0 {
+		n = sandbox.DefaultMaxMemory
+	}
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // refusalText renders a policy answer for the model.
@@ -702,13 +716,6 @@ func refusalText(err error) string {
 	return err.Error()
 }
 
-// secretName matches environment variable names that look like credentials:
-// they never reach a command, whatever a role lists.
-var secretName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE)`)
-
-// commandEnv builds the complete environment for worker commands: PATH,
-// HOME and TMPDIR in a scratch folder, LANG, and the role's allowlisted names
-// that are set — never a name that looks like a credential, never denied.
 // makeScratch makes a run's scratch folder with home and tmp in it. Its
 // parent must be traversable by the sandbox's unprivileged uid; the folder
 // itself is handed to that uid by the sandbox.
@@ -728,6 +735,10 @@ func makeScratch(scratch string) error {
 	return nil
 }
 
+// commandEnv builds the complete environment for worker commands: PATH,
+// HOME and TMPDIR in a scratch folder, LANG, sandbox.ToolConfigEnv (per-user
+// configuration files in that HOME are ignored), and the role's allowlisted names
+// that are set — never a name policy.Withheld names, never one of denied.
 func commandEnv(getenv func(string) string, role RolePolicy, scratch string, denied []string) (env []string, dropped []string) {
 	pathv := getenv("PATH")
 	if pathv == "" {
@@ -744,6 +755,11 @@ func commandEnv(getenv func(string) string, role RolePolicy, scratch string, den
 		"LANG=" + lang,
 	}
 	fixed := map[string]bool{"PATH": true, "HOME": true, "TMPDIR": true, "LANG": true}
+	for _, kv := range sandbox.ToolConfigEnv() {
+		env = append(env, kv)
+		name, _, _ := strings.Cut(kv, "=")
+		fixed[name] = true
+	}
 	deny := map[string]bool{}
 	for _, d := range denied {
 		deny[d] = true
@@ -757,7 +773,7 @@ func commandEnv(getenv func(string) string, role RolePolicy, scratch string, den
 		if fixed[name] || name == "" || strings.ContainsAny(name, "=\x00") {
 			continue
 		}
-		if deny[name] || secretName.MatchString(name) || strings.HasPrefix(name, "GIT_") {
+		if deny[name] || policy.Withheld(name) {
 			dropped = append(dropped, name)
 			continue
 		}

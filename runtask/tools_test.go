@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 func newToolbox(t *testing.T) (*toolbox, string, string) {
@@ -227,7 +228,8 @@ func TestCommandEnv(t *testing.T) {
 		"AWS_SECRET_ACCESS_KEY": "aws", "MY_MODEL_KEY_VAR": "k", "CGO_ENABLED": "0", "GIT_DIR": "/x", "UNSET_ONE": ""}
 	role := &testRole{env: []string{"GOFLAGS", "OPENAI_API_KEY", "GITEA_TOKEN", "AWS_SECRET_ACCESS_KEY", "CGO_ENABLED", "GIT_DIR", "UNSET_ONE", "MODELCRED"}}
 	got, dropped := commandEnv(testEnv(env), role, "/scratch", []string{"MODELCRED"})
-	want := []string{"PATH=/bin", "HOME=/scratch/home", "TMPDIR=/scratch/tmp", "LANG=C.UTF-8", "CGO_ENABLED=0", "GOFLAGS=-mod=mod"}
+	want := append([]string{"PATH=/bin", "HOME=/scratch/home", "TMPDIR=/scratch/tmp", "LANG=C.UTF-8"}, sandbox.ToolConfigEnv()...)
+	want = append(want, "CGO_ENABLED=0", "GOFLAGS=-mod=mod")
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("env = %q, want %q", got, want)
 	}

@@ -22,8 +22,10 @@ export GIT_COMMITTER_NAME="Demo Operator" GIT_COMMITTER_EMAIL="operator@demo.inv
 # A secret in the conductor's environment: the worker must never see it.
 export OPENAI_API_KEY="sk-demo-never-reaches-the-worker"
 
-say() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
-run() { printf '$ %s\n' "$*" >&2; "$@"; }
+# Bold headings on a terminal only; the echoed commands can be pasted.
+if [ -t 2 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold='' plain=''; fi
+say() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain" >&2; }
+run() { { printf '$'; printf ' %q' "$@"; printf '\n'; } >&2; "$@"; }
 
 say "a throwaway repository: a Go package whose test fails"
 repo="$out/demo"
@@ -48,15 +50,8 @@ run "$bin" run-task run "$root/testdata/demo/task.json" --repo "$repo" \
   --model "replay:$root/testdata/models/demo.json" --sandbox "$sandbox" --progress | tee "$out/run.txt"
 runid="$(sed -n 's/^run \(r-[^ ]*\) .*/\1/p' "$out/run.txt" | head -n1)"
 [ -n "$runid" ] || { echo "no run id in run-task output" >&2; exit 1; }
-say "the transcript: one line per model turn and tool call"
-python3 - "$CONDUCTOR_HOME/runs/$runid/transcript.jsonl" <<'PY' 2>/dev/null || head -c 2000 "$CONDUCTOR_HOME/runs/$runid/transcript.jsonl"
-import json, sys
-for line in open(sys.argv[1]):
-    e = json.loads(line)
-    text = e.get("text") or e.get("content") or e.get("arguments") or (e.get("message") or {}).get("content") or ""
-    text = text.replace("\n", " ")
-    print(f'  {e.get("type",""):<11} {e.get("tool") or "":<12} {text[:90]}')
-PY
+say "the transcript: each model turn, tool call and result (folded), with the usage"
+run "$bin" runs show "$runid" --transcript
 
 say "2. the worker's whole output: one diff with its patch-id"
 cat "$CONDUCTOR_HOME/runs/$runid/patch.diff"
@@ -87,6 +82,7 @@ if [ "$sandbox" != none ] && "$bin" doctor --json 2>/dev/null | tr -d ' \n' | gr
     --model "replay:$root/testdata/models/demo-pi.json" --sandbox "$sandbox" --progress | tee "$out/run-pi.txt"
   piid="$(sed -n 's/^run \(r-[^ ]*\) .*/\1/p' "$out/run-pi.txt" | head -n1)"
   [ -n "$piid" ] || { echo "no run id in the pi run's output" >&2; exit 1; }
+  run "$bin" runs show "$piid" --transcript --lines 1
   cat "$CONDUCTOR_HOME/runs/$piid/patch.diff"
   echo "(the same review and landing take this diff; pi's own events are in runs/$piid/pi-events.jsonl)" >&2
 else

@@ -17,6 +17,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -27,12 +28,17 @@ var version = "dev"
 // deps carries what commands need from the outside world. Slow clients are
 // dialled on first use; tests build a fresh deps per run.
 type deps struct {
-	Stdin  io.Reader
-	Stdout io.Writer
-	Stderr io.Writer
-	Log    *slog.Logger
-	Now    func() time.Time
-	Getenv func(string) string
+	Stdin io.Reader
+	// Stdout and Stderr escape what a terminal would act on (termtext):
+	// every print for a person goes through them, and JSON through them
+	// stays the same JSON. RawStdout is stdout as it is, for data that
+	// must keep its bytes (a diff); nil means Stdout.
+	Stdout    io.Writer
+	Stderr    io.Writer
+	RawStdout io.Writer
+	Log       *slog.Logger
+	Now       func() time.Time
+	Getenv    func(string) string
 
 	// helpMiss is a `help TOPIC` whose topic names no command (set by
 	// the app's CommandNotFound, which cannot return an error).
@@ -66,6 +72,16 @@ func (d *deps) openStore(c *cli.Context) (bus.Store, error) {
 	return d.store, d.storeErr
 }
 
+// raw is stdout for data that must keep its bytes (a diff): the exact
+// bytes for a pipe or a file, but escaped like everything else when stdout
+// is a terminal, where a person reads it.
+func (d *deps) raw() io.Writer {
+	if d.RawStdout == nil || isTerminal(d.RawStdout) {
+		return d.Stdout
+	}
+	return d.RawStdout
+}
+
 func (d *deps) close() {
 	if d.store != nil {
 		d.store.Close()
@@ -78,17 +94,21 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	d := &deps{
-		Stdin:  stdin,
-		Stdout: stdout,
-		Stderr: stderr,
-		Now:    time.Now,
-		Getenv: os.Getenv,
+		Stdin: stdin,
+		// Worker-chosen text (file names, tool names, gate output, a
+		// model's messages) reaches these writers from many places: no
+		// escape sequence of it may reach the operator's terminal.
+		Stdout:    termtext.Writer(stdout),
+		Stderr:    termtext.Writer(stderr),
+		RawStdout: stdout,
+		Now:       time.Now,
+		Getenv:    os.Getenv,
 	}
 	level := slog.LevelInfo
 	if os.Getenv("CONDUCTOR_DEBUG") != "" {
 		level = slog.LevelDebug
 	}
-	d.Log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	d.Log = slog.New(slog.NewTextHandler(d.Stderr, &slog.HandlerOptions{Level: level}))
 	defer d.close()
 
 	app := newApp(d)
@@ -100,7 +120,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	code := exitCode(ctx, err)
-	printError(stderr, err)
+	printError(d.Stderr, err)
 	return code
 }
 
@@ -135,11 +155,13 @@ func newApp(d *deps) *cli.App {
 			newDoctorCmd(d),
 			newPoolCmd(d),
 			newVersionCmd(d),
+			newCompletionCmd(d),
+			newManCmd(d),
 		},
 		ExitErrHandler:        func(*cli.Context, error) {},
 		EnableBashCompletion:  true,
-		CustomAppHelpTemplate: cli.AppHelpTemplate + exitStatusHelp,
-		OnUsageError:          func(_ *cli.Context, err error, _ bool) error { return usageErr(err) },
+		CustomAppHelpTemplate: cli.AppHelpTemplate + examplesHelp("") + exitStatusHelp,
+		OnUsageError:          func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) },
 		// `help TOPIC` (or `CMD TOPIC --help`) where TOPIC names no
 		// command. For a command without subcommands, TOPIC is one of its
 		// arguments (`land d-1 --help`): its help is shown. Otherwise
@@ -188,12 +210,12 @@ func decorate(d *deps, cmd *cli.Command) {
 func decorateAs(d *deps, cmd *cli.Command, parent string) {
 	path := parent + " " + cmd.Name
 	if len(cmd.Subcommands) > 0 {
-		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + exitStatusHelp
+		cmd.CustomHelpTemplate = cli.SubcommandHelpTemplate + examplesHelp(commandPath(parent, cmd)) + exitStatusHelp
 	} else {
-		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + exitStatusHelp
+		cmd.CustomHelpTemplate = cli.CommandHelpTemplate + examplesHelp(commandPath(parent, cmd)) + exitStatusHelp
 	}
 	cmd.Flags = append(cmd.Flags, &cli.BoolFlag{Name: "version", Usage: "print the version and exit"})
-	cmd.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageErr(err) }
+	cmd.OnUsageError = func(c *cli.Context, err error, _ bool) error { return flagUsage(c, err) }
 	// Required flags are checked here, after --version, so that
 	// `conductor CMD --version` works for every command.
 	var required []string
@@ -253,7 +275,7 @@ EXIT STATUS:
    0   ok
    1   error (the operation failed; see the message)
    2   usage (bad flags or arguments)
-   3   refused (a policy check or the gate said no; nothing changed)
+   3   refused (a policy check or the gate said no, or an id names nothing; nothing changed)
    130 interrupted
 `
 
@@ -284,6 +306,11 @@ func exitCode(ctx context.Context, err error) int {
 	var rf *policy.Refusal
 	switch {
 	case errors.As(err, &rf):
+		return exitRefused
+	case errors.Is(err, bus.ErrNotFound):
+		// One rule for every command: an id that names nothing (a run, a
+		// decision) changed nothing and is refused, as land refuses
+		// decision-not-found.
 		return exitRefused
 	case errors.As(err, &ue):
 		return exitUsage

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"testing"
@@ -111,5 +112,34 @@ func TestExitCodeNeverLeaks(t *testing.T) {
 				t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestEveryCommandHasExamples(t *testing.T) {
+	app := newApp(&deps{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }})
+	var walk func(parent string, cmds []*cli.Command)
+	walk = func(parent string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			p := commandPath(parent, c)
+			if len(examples[p]) == 0 {
+				t.Errorf("conductor %s has no EXAMPLES (add them to examples.go)", p)
+			}
+			walk("conductor "+p, c.Subcommands)
+		}
+	}
+	walk("conductor", app.Commands)
+	for p := range examples {
+		found := p == ""
+		for _, c := range app.Commands {
+			if strings.HasPrefix(p+" ", c.Name+" ") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("examples for %q name no command", p)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/termtext"
 )
 
 func newDecisionCmd(d *deps) *cli.Command {
@@ -194,7 +195,9 @@ func kvTable(w io.Writer) (*tabwriter.Writer, func(k, v string)) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	return tw, func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+			// one line per row: a value's tab or newline (a worker's
+			// text) is shown escaped, never a column or a row of its own
+			fmt.Fprintf(tw, "%s\t%s\n", k, termtext.Line(v))
 		}
 	}
 }

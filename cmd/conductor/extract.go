@@ -151,7 +151,7 @@ func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
 		if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 			return fmt.Errorf("extract: %w", err)
 		}
-		if _, err := io.Copy(d.Stdout, tmp); err != nil {
+		if _, err := io.Copy(d.raw(), tmp); err != nil { // the diff's exact bytes
 			return fmt.Errorf("extract: write diff: %w", err)
 		}
 	}

@@ -57,6 +57,14 @@ func hoistFlags(app *cli.App, args []string) []string {
 				dst = &globals
 			}
 		}
+		if !ok && len(a) > 1 && a[0] == '-' {
+			// An unknown flag after the arguments: parsed as a flag, so it
+			// is named as unknown (`land D --dryrun`), not counted as an
+			// argument. An argument that starts with "-" goes after "--".
+			flags = append(flags, a)
+			i++
+			continue
+		}
 		if !ok {
 			positional = append(positional, a)
 			i++

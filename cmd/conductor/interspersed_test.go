@@ -19,7 +19,7 @@ func TestHoistFlags(t *testing.T) {
 		{"bool flag takes no value", "decision show d-1 --json", "decision show --json d-1"},
 		{"global flags stay in front", "--data-root /x decision show d-1 --json", "--data-root /x decision show --json d-1"},
 		{"after -- nothing moves", "decision show d-1 -- --json", "decision show d-1 -- --json"},
-		{"unknown flags stay where they are", "decision show d-1 --frobnicate", "decision show d-1 --frobnicate"},
+		{"unknown flags move in front, to be named as unknown", "decision show d-1 --frobnicate", "decision show --frobnicate d-1"},
 		{"help", "decision show d-1 -h", "decision show -h d-1"},
 		{"unknown command", "nosuch a --json", "nosuch a --json"},
 		{"value that looks like a flag", "decision raise --by --json --work-ref w", "decision raise --by --json --work-ref w"},

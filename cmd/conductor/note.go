@@ -37,7 +37,7 @@ func newNoteCmd(d *deps) *cli.Command {
 			}
 			run, err := st.GetRun(c.Context, runID)
 			if errors.Is(err, bus.ErrNotFound) {
-				return fmt.Errorf("note: run %s not found", runID)
+				return fmt.Errorf("note: %w", err)
 			}
 			if err != nil {
 				return fmt.Errorf("note: %w", err)

@@ -66,6 +66,6 @@ func runPatchID(d *deps, opts patchIDOptions) error {
 	if err := patch.WritePatchIDsTo(&out, d.Stdin, opts.Mode, patch.Options{Strict: !opts.Lenient, Name: "stdin"}); err != nil {
 		return err
 	}
-	_, err := d.Stdout.Write(out.Bytes())
+	_, err := d.raw().Write(out.Bytes())
 	return err
 }

@@ -46,7 +46,7 @@ func newReviewCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			// For --redispatch (as run-task run).
-			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
+			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's, else $CONDUCTOR_MODEL)"},
 			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, docker, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "keep-worktree", Usage: "with --redispatch: keep the worktree after the run"},
 			&cli.BoolFlag{Name: "progress", Usage: "with --redispatch: print a progress line per step on stderr"},
@@ -216,7 +216,7 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 	}
 	p := runDir(arg)
 	if !isDir(p) {
-		return "", fmt.Errorf("review: no run %s (no folder %s)", arg, p)
+		return "", fmt.Errorf("review: run %s (no folder %s): %w", arg, p, bus.ErrNotFound)
 	}
 	return runrec.Dir(p), nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -10,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newRunsCmd(d *deps) *cli.Command {
@@ -30,6 +33,11 @@ type runsListOptions struct {
 	json   bool
 }
 
+// runStatuses are the statuses a run can have (runrec's, and a drifted
+// resume's).
+var runStatuses = []string{runrec.StatusRunning, runrec.StatusSucceeded, runrec.StatusFailed, runrec.StatusTimeout,
+	runrec.StatusBudget, runrec.StatusStuck, runrec.StatusCancelled, runtask.StatusDrift}
+
 func newRunsListCmd(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:      "list",
@@ -38,7 +46,7 @@ func newRunsListCmd(d *deps) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "task", Usage: "only runs of this task id"},
 			&cli.StringFlag{Name: "session", Usage: "only runs of this session"},
-			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled)"},
+			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled, drift)"},
 			&cli.IntFlag{Name: "limit", Usage: "at most N runs (0: all)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
@@ -48,6 +56,9 @@ func newRunsListCmd(d *deps) *cli.Command {
 			}
 			if c.Int("limit") < 0 {
 				return usagef("--limit %d: must not be negative", c.Int("limit"))
+			}
+			if st := c.String("status"); st != "" && !slices.Contains(runStatuses, st) {
+				return usagef("--status %q: want one of %s", st, strings.Join(runStatuses, ", "))
 			}
 			return runsList(c, d, runsListOptions{
 				filter: bus.RunFilter{TaskID: c.String("task"), Session: c.String("session"),
@@ -104,8 +115,13 @@ func newRunsShowCmd(d *deps) *cli.Command {
 	return &cli.Command{
 		Name:      "show",
 		Usage:     "show one run: the store row, result.json and the run folder",
-		UsageText: "conductor runs show ID [--json]",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+		UsageText: "conductor runs show ID [--json] | --transcript [--follow] [--lines N]",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.BoolFlag{Name: "transcript", Usage: "print the run's transcript for a person: turns, tool calls, results folded, usage"},
+			&cli.BoolFlag{Name: "follow", Usage: "with --transcript: keep printing a live run's transcript until it ends"},
+			&cli.IntFlag{Name: "lines", Value: 3, Usage: "with --transcript: lines of each message or result shown before the rest is folded (-1: all)"},
+		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usagef("runs show takes one run id (got %d arguments)", c.NArg())
@@ -113,6 +129,19 @@ func newRunsShowCmd(d *deps) *cli.Command {
 			id := strings.TrimSpace(c.Args().First())
 			if err := bus.CheckRunID(id); err != nil {
 				return usageErr(err)
+			}
+			if c.Bool("follow") && !c.Bool("transcript") {
+				return usagef("--follow goes with --transcript")
+			}
+			if c.Bool("transcript") {
+				if c.Bool("json") {
+					return usagef("--transcript prints for people; the transcript itself is JSON lines: runs/%s/transcript.jsonl", id)
+				}
+				dir := runrec.Dir(d.config(c).RunDir(id))
+				if !isDir(string(dir)) {
+					return fmt.Errorf("run %s (no folder %s): %w", id, dir, bus.ErrNotFound)
+				}
+				return runtask.RenderTranscript(c.Context, d.Stdout, dir, runtask.RenderOptions{Lines: c.Int("lines"), Follow: c.Bool("follow")})
 			}
 			return runsShow(c, d, id, c.Bool("json"))
 		},

@@ -9,7 +9,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
@@ -20,7 +22,7 @@ const defaultRole = "implementer"
 // runTaskFlags are shared by run and resume.
 func runTaskFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else the registry default)", EnvVars: []string{"CONDUCTOR_MODEL_ALIAS"}},
+		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else $CONDUCTOR_MODEL, else the config file's default)"},
 		&cli.StringFlag{Name: "repo", Usage: "the workspace repository `DIR` (default: $WORKER_REPO_ROOT/<workspace>, else <data root>/workspaces/<workspace>)"},
 		&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
@@ -125,7 +127,11 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	ctx := c.Context
 	task := opts.Task
 	if resumeID != "" && task.TaskVersion == 0 {
-		t, err := runtask.LoadTask(runrec.Dir(opts.Config.RunDir(resumeID)).Path(runrec.TaskFile))
+		dir := runrec.Dir(opts.Config.RunDir(resumeID))
+		if !isDir(string(dir)) {
+			return fmt.Errorf("resume %s: no run folder %s: %w", resumeID, dir, bus.ErrNotFound)
+		}
+		t, err := runtask.LoadTask(dir.Path(runrec.TaskFile))
 		if err != nil {
 			return fmt.Errorf("resume %s: %w", resumeID, err)
 		}
@@ -212,12 +218,26 @@ func isDir(p string) bool {
 }
 
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := fileOf(w)
 	if !ok {
 		return false
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// fileOf is the file under w and the writers wrapping it (termtext's).
+func fileOf(w io.Writer) (*os.File, bool) {
+	for {
+		switch v := w.(type) {
+		case *os.File:
+			return v, true
+		case interface{ Unwrap() io.Writer }:
+			w = v.Unwrap()
+		default:
+			return nil, false
+		}
+	}
 }
 
 // printRunOutcome is the people's summary on stdout.
@@ -237,7 +257,11 @@ func printRunOutcome(w io.Writer, dir string, r runrec.Result) {
 		fmt.Fprintf(w, "  patch-id: %s\n", r.PatchID)
 	}
 	if len(r.FilesChanged) > 0 {
-		fmt.Fprintf(w, "  files:    %s\n", strings.Join(r.FilesChanged, ", "))
+		names := make([]string, len(r.FilesChanged))
+		for i, f := range r.FilesChanged {
+			names[i] = termtext.Line(f) // a name's newline must not start a line of its own
+		}
+		fmt.Fprintf(w, "  files:    %s\n", strings.Join(names, ", "))
 	}
 	if r.Worktree != "" {
 		fmt.Fprintf(w, "  worktree: %s (kept)\n", r.Worktree)

@@ -78,3 +78,39 @@ func editDistance(a, b string) int {
 	}
 	return d[len(ra)][len(rb)]
 }
+
+// flagUsage turns urfave's "flag provided but not defined: -x" into a
+// message naming the command and the closest flag it has.
+func flagUsage(c *cli.Context, err error) error {
+	name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: ")
+	if !ok || c == nil {
+		return usageErr(err)
+	}
+	name = strings.TrimLeft(name, "-")
+	var names []string
+	for _, l := range c.Lineage() {
+		if l.Command != nil && l.Command.Name != "" && l.Command.Name != c.App.Name {
+			names = append([]string{l.Command.Name}, names...)
+		}
+	}
+	path := strings.Join(append([]string{"conductor"}, names...), " ")
+	flags := c.App.Flags
+	if len(names) > 0 {
+		flags = c.Command.Flags
+	}
+	best, bestD := "", 0
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if d := editDistance(name, n); best == "" || d < bestD {
+				best, bestD = n, d
+			}
+		}
+	}
+	msg := fmt.Sprintf("unknown flag --%s for %q", name, path)
+	if best != "" && bestD <= min(max(len(name)/3, 1), 2) {
+		msg += fmt.Sprintf("\ndid you mean --%s? (see %s --help)", best, path)
+	} else {
+		msg += fmt.Sprintf("\nsee %s --help", path)
+	}
+	return usagef("%s", msg)
+}

@@ -63,6 +63,9 @@ func describeSyntax(data []byte, err error) error {
 	return err
 }
 
+// LineCol is the 1-based line and column of byte offset off in data.
+func LineCol(data []byte, off int64) (int, int) { return lineCol(data, off) }
+
 func lineCol(data []byte, off int64) (int, int) {
 	if off > int64(len(data)) {
 		off = int64(len(data))

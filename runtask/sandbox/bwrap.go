@@ -19,7 +19,8 @@ import (
 
 // bwrapBackend runs each command in a fresh bubblewrap sandbox:
 //
-//	prlimit (process, file-size, open-file and core limits)
+//	prlimit (process, file-size, open-file, data-size and core limits)
+//	  [in a child cgroup of Options.Cgroup with memory.max, when given]
 //	  → bwrap --args 3 (as the unprivileged sandbox uid when the conductor is root)
 //	    → a fresh user, mount, pid, net, ipc, uts and cgroup namespace
 //	      → the command, in the worktree, with exactly Spec.Env
@@ -60,6 +61,11 @@ func newBwrap(o Options) (*bwrapBackend, error) {
 			if err := checkReachable("read-only path", p, id); err != nil {
 				return nil, fmt.Errorf("%w: bwrap: %v", ErrUnavailable, err)
 			}
+		}
+	}
+	if o.Cgroup != "" {
+		if err := checkCgroup(o.Cgroup); err != nil {
+			return nil, fmt.Errorf("%w: bwrap: %v (unset %s to rely on RLIMIT_DATA alone)", ErrUnavailable, err, EnvCgroup)
 		}
 	}
 	b.layout = detectLayout(b.version)
@@ -153,11 +159,12 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	}
 
 	o := b.opts.withDefaults()
+	mem := o.memoryLimit(spec)
 	cmd := &exec.Cmd{
 		Path: b.prlimit,
 		Args: []string{"prlimit",
 			"--nproc=" + lim(o.MaxProcs), "--fsize=" + lim(o.MaxFileSize),
-			"--nofile=" + lim(o.MaxOpenFiles), "--core=0:0",
+			"--nofile=" + lim(o.MaxOpenFiles), "--core=0:0", "--data=" + lim(uint64(mem)),
 			"--", b.bwrap, "--args", strconv.Itoa(argsFD), "--"},
 		Env:        []string{}, // bwrap itself gets nothing; --setenv gives the command Spec.Env
 		Dir:        "/",
@@ -175,6 +182,17 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	cmd.Args = append(cmd.Args, p.argv...)
 	if b.id.drop {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(b.id.uid), Gid: uint32(b.id.gid), Groups: []uint32{}}
+	}
+	var cg *memCgroup
+	if o.Cgroup != "" {
+		// The command starts inside its own cgroup (clone3 with
+		// CLONE_INTO_CGROUP): nothing of it ever runs outside the limit.
+		if cg, err = newMemCgroup(o.Cgroup, mem); err != nil {
+			return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+		}
+		defer cg.remove()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(cg.fd.Fd())
 	}
 
 	infoCh := make(chan sandboxInfo, 1)
@@ -248,6 +266,7 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	if info.ChildPID == 0 && res.Outcome == OutcomeExited && res.ExitCode != 0 {
 		return res, info, fmt.Errorf("sandbox: bwrap could not set up the sandbox: %s", strings.TrimSpace(string(res.Output)))
 	}
+	classifyMemory(&res, cg)
 	return res, info, nil
 }
 

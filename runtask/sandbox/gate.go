@@ -3,9 +3,9 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"github.com/conductor-dev/conductor/policy"
 	"os"
 	"path/filepath"
-	"regexp"
 	"time"
 )
 
@@ -21,17 +21,15 @@ var gateEnvNames = []string{
 	"GOMODCACHE",
 }
 
-// credentialName matches names that look like credentials; they never pass.
-var credentialName = regexp.MustCompile(`(?i)(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|PRIVATE)`)
-
 // GateEnv is the environment of review checks and landing gates run in a
 // sandbox whose scratch folder is root: the allowlist above, HOME and TMPDIR
 // in root, no network for Go (GOPROXY=off, GOTOOLCHAIN=local), git
-// discovery stopped at root, CI=true and CONDUCTOR_GATE=1, then extra.
+// discovery stopped at root, CI=true and CONDUCTOR_GATE=1, ToolConfigEnv
+// (configuration files in that HOME ignored), then extra.
 func GateEnv(getenv func(string) string, root string, extra ...string) []string {
 	env := make([]string, 0, len(gateEnvNames)+12+len(extra))
 	for _, n := range gateEnvNames {
-		if v := getenv(n); v != "" && !credentialName.MatchString(n) {
+		if v := getenv(n); v != "" && !policy.Withheld(n) {
 			env = append(env, n+"="+v)
 		}
 	}
@@ -47,11 +45,11 @@ func GateEnv(getenv func(string) string, root string, extra ...string) []string 
 		"GOPROXY=off",
 		"GOTOOLCHAIN=local",
 		"GIT_CEILING_DIRECTORIES="+root,
-		"GIT_CONFIG_NOSYSTEM=1",
 		"GIT_TERMINAL_PROMPT=0",
 		"CI=true",
 		"CONDUCTOR_GATE=1",
 	)
+	env = append(env, toolConfigEnv...)
 	return append(env, extra...)
 }
 

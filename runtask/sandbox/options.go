@@ -28,6 +28,11 @@ const (
 	DefaultOutputLimit     = 1 << 20   // captured output kept (head+tail)
 	DefaultOutputKillLimit = 256 << 20 // total output after which the command is killed
 	DefaultKillGrace       = 3 * time.Second
+	// DefaultMaxMemory bounds the memory of a command: RLIMIT_DATA of
+	// every process of it (heap and other private writable memory; 1 GiB
+	// is enough for a cold `go test` of a module), and memory.max of the
+	// whole command where a cgroup v2 folder is given (Options.Cgroup).
+	DefaultMaxMemory = 1 << 30
 )
 
 // Options tune a backend. The zero value of a field means its default.
@@ -42,6 +47,17 @@ type Options struct {
 	MaxFileSize  uint64 // RLIMIT_FSIZE, bytes
 	MaxOpenFiles uint64 // RLIMIT_NOFILE
 	TmpSize      int64  // bytes of the fresh /tmp tmpfs
+
+	// MaxMemory is the default for Spec.MemoryLimit, in bytes.
+	MaxMemory uint64
+	// Cgroup is a cgroup v2 folder the conductor may create children in,
+	// with the memory controller in its cgroup.subtree_control and no
+	// process of its own (a systemd unit's delegated subtree, say). When
+	// set, every command runs in a child cgroup of its own whose
+	// memory.max is the command's memory limit (all its processes
+	// together, killed as one when it is reached), on top of the
+	// per-process RLIMIT_DATA. Empty: RLIMIT_DATA only.
+	Cgroup string
 
 	// OutputLimit is the default for Spec.OutputLimit.
 	OutputLimit int64
@@ -73,11 +89,13 @@ type Options struct {
 
 // Environment variables read by OptionsFromEnv.
 const (
-	EnvUID      = "CONDUCTOR_SANDBOX_UID"       // "UID" or "UID:GID"
-	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS" // RLIMIT_NPROC
-	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"  // colon-separated extra read-only paths
-	EnvBwrap    = "CONDUCTOR_BWRAP"             // path of the bwrap executable
-	EnvBackend  = "WORKER_SANDBOX"              // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
+	EnvUID      = "CONDUCTOR_SANDBOX_UID"        // "UID" or "UID:GID"
+	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS"  // RLIMIT_NPROC
+	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"   // colon-separated extra read-only paths
+	EnvBwrap    = "CONDUCTOR_BWRAP"              // path of the bwrap executable
+	EnvMemory   = "CONDUCTOR_SANDBOX_MAX_MEMORY" // bytes (or with K, M, G): Options.MaxMemory
+	EnvCgroup   = "CONDUCTOR_SANDBOX_CGROUP"     // a delegated cgroup v2 folder: Options.Cgroup
+	EnvBackend  = "WORKER_SANDBOX"               // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
 )
 
 // OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
@@ -122,6 +140,19 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 			o.ReadOnly = append(o.ReadOnly, filepath.Clean(p))
 		}
 	}
+	if v := strings.TrimSpace(getenv(EnvMemory)); v != "" {
+		n, err := ParseBytes(v)
+		if err != nil || n < MinMemory {
+			return o, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least %s", EnvMemory, v, bytesize(MinMemory))
+		}
+		o.MaxMemory = uint64(n)
+	}
+	if v := strings.TrimSpace(getenv(EnvCgroup)); v != "" {
+		if !filepath.IsAbs(v) {
+			return o, fmt.Errorf("%s=%q: want the absolute path of a cgroup v2 folder", EnvCgroup, v)
+		}
+		o.Cgroup = filepath.Clean(v)
+	}
 	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
 	var err error
 	o.Docker, err = dockerOptionsFromEnv(getenv)
@@ -140,6 +171,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.TmpSize == 0 {
 		o.TmpSize = DefaultTmpSize
+	}
+	if o.MaxMemory == 0 {
+		o.MaxMemory = DefaultMaxMemory
 	}
 	if o.OutputLimit == 0 {
 		o.OutputLimit = DefaultOutputLimit

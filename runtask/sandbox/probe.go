@@ -173,6 +173,12 @@ func probeBwrap(ctx context.Context, o Options) BackendReport {
 	}
 	add("limits", true, "processes %d, file size %s, open files %d, /tmp %s, output kept %s, killed after %s of output",
 		o.MaxProcs, bytesize(int64(o.MaxFileSize)), o.MaxOpenFiles, bytesize(o.TmpSize), bytesize(o.OutputLimit), bytesize(o.OutputKillLimit))
+	cgOK, cgDetail := CgroupStatus(o)
+	if cgOK {
+		add("memory limit", true, "%s per command (memory.max of its own cgroup) and per process (RLIMIT_DATA); %s", bytesize(int64(o.MaxMemory)), cgDetail)
+	} else {
+		add("memory limit", true, "%s per process (RLIMIT_DATA; a command's processes are not limited together); %s", bytesize(int64(o.MaxMemory)), cgDetail)
+	}
 	rep.Works = true
 	rep.Detail = "works: unprivileged, no network, read-only system, worktree the only writable path, .git hidden"
 	return rep

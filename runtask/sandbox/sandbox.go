@@ -29,6 +29,12 @@ type Spec struct {
 	Env         []string      // the complete environment (already allowlisted)
 	Timeout     time.Duration // 0: no timeout beyond ctx
 	OutputLimit int64         // cap on captured output bytes (head+tail kept); 0: default
+	// MemoryLimit bounds the command's memory in bytes (RLIMIT_DATA of
+	// each process; memory.max of the command's cgroup where
+	// Options.Cgroup is set). It may lower Options.MaxMemory, the
+	// operator's limit, never raise it; 0: Options.MaxMemory. The none
+	// backend sets no limit.
+	MemoryLimit int64
 	Stdin       []byte
 
 	// Scratch is an optional host folder outside Dir, bound read-write at
