@@ -97,7 +97,7 @@ func dockerOptionsFromEnv(getenv func(string) string) (DockerOptions, error) {
 	d.Host = strings.TrimSpace(getenv(EnvDockerHost))
 	d.Image = strings.TrimSpace(getenv(EnvDockerImage))
 	if v := strings.TrimSpace(getenv(EnvDockerMemory)); v != "" {
-		n, err := parseByteSize(v)
+		n, err := ParseBytes(v)
 		if err != nil || n < dockerMemFloor {
 			return d, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least 16M", EnvDockerMemory, v)
 		}
@@ -118,24 +118,6 @@ func dockerOptionsFromEnv(getenv func(string) string) (DockerOptions, error) {
 		d.PidsLimit = n
 	}
 	return d, nil
-}
-
-// parseByteSize reads "512M", "2G", "1048576".
-func parseByteSize(s string) (int64, error) {
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(s, "K"), strings.HasSuffix(s, "k"):
-		mult, s = 1<<10, s[:len(s)-1]
-	case strings.HasSuffix(s, "M"), strings.HasSuffix(s, "m"):
-		mult, s = 1<<20, s[:len(s)-1]
-	case strings.HasSuffix(s, "G"), strings.HasSuffix(s, "g"):
-		mult, s = 1<<30, s[:len(s)-1]
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return n * mult, nil
 }
 
 func (d DockerOptions) withDefaults(o Options) DockerOptions {
@@ -177,6 +159,7 @@ type dockerJob struct {
 	name    string
 	pidNS   string       // "pid:[N]" of the container
 	keep    map[int]bool // host pids of its init and keeper
+	mem     int64        // the container's memory limit now (docker update changes it per command)
 	memFile string       // host cgroup file counting OOM kills ("" when not found)
 	pidFile string       // host cgroup file counting refused forks ("" when not found)
 	dead    atomic.Bool  // removed or failed: the next Run makes a new one
@@ -643,6 +626,7 @@ func (b *dockerBackend) start(ctx context.Context, c *dockerJob, p plan, m docke
 		time.Sleep(dockerPoll)
 	}
 	c.memFile, c.pidFile = cgroupCounters(pid)
+	c.mem = d.MemoryBytes
 	return nil
 }
 
@@ -823,6 +807,15 @@ func (b *dockerBackend) exec(ctx context.Context, c *dockerJob, p plan, spec Spe
 	o := b.opts
 	// Nothing of an earlier command runs (a straggler started after its kill).
 	c.killRest(o.KillGrace)
+	// A role's limit (Spec.MemoryLimit) may lower the container's memory
+	// for this command, never raise it: commands of a job run one at a
+	// time, so the container's memory is the command's.
+	if want := b.memoryFor(spec); want != c.mem {
+		if _, err := b.docker(ctx, "update", "--memory", strconv.FormatInt(want, 10), "--memory-swap", strconv.FormatInt(want, 10), c.name); err != nil {
+			return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: set the memory limit to %s: %w", bytesize(want), err)
+		}
+		c.mem = want
+	}
 	oom0, pids0 := counter(c.memFile, "oom_kill"), counter(c.pidFile, "max")
 
 	args := []string{"exec"}
@@ -881,6 +874,16 @@ func (b *dockerBackend) exec(ctx context.Context, c *dockerJob, p plan, spec Spe
 		res.Outcome = OutcomePidsExceeded
 	}
 	return res, nil
+}
+
+// memoryFor is a command's memory limit: the container's
+// (DockerOptions.MemoryBytes), lowered by Spec.MemoryLimit.
+func (b *dockerBackend) memoryFor(spec Spec) int64 {
+	m := b.dopts.MemoryBytes
+	if spec.MemoryLimit > 0 {
+		m = max(min(spec.MemoryLimit, m), MinMemory)
+	}
+	return m
 }
 
 // checkSocket refuses a plan that would bind the engine's socket (or a

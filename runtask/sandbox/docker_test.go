@@ -806,3 +806,29 @@ func TestDockerKilledKeeperGivesANewContainer(t *testing.T) {
 		t.Fatalf("after the keeper was killed: %v %+v %q", err, res, res.Output)
 	}
 }
+
+func TestDockerSpecMemoryLimitLowersTheContainers(t *testing.T) {
+	sb := dockerBox(t, func(o *Options) { o.Docker.MemoryBytes = 512 << 20 })
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	alloc := func(limit int64, n int) Result {
+		t.Helper()
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "alloc", fmt.Sprint(n)}, MemoryLimit: limit, Timeout: 60 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	// A role's 64 MiB: 256 MiB is past it.
+	if res := alloc(64<<20, 256<<20); res.Outcome != OutcomeMemoryExceeded {
+		t.Fatalf("256 MiB under a 64 MiB role limit: %+v %s", res, res.Output)
+	}
+	// No role limit: the container's 512 MiB again.
+	if res := alloc(0, 256<<20); res.Outcome != OutcomeExited || res.ExitCode != 0 {
+		t.Fatalf("256 MiB under the container's 512 MiB: %+v %s", res, res.Output)
+	}
+	// A role cannot raise it.
+	if res := alloc(4<<30, 768<<20); res.Outcome != OutcomeMemoryExceeded {
+		t.Fatalf("768 MiB with a 4 GiB role limit in a 512 MiB container: %+v %s", res, res.Output)
+	}
+}
