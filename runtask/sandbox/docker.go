@@ -685,6 +685,30 @@ func (c *dockerJob) killRest(grace time.Duration) bool {
 	}
 }
 
+// waitReaped waits, up to grace, until the killed processes are reaped too
+// (a zombie still counts against the pids limit, and the next docker exec
+// needs room to start), where the cgroup's process count can be read.
+func (c *dockerJob) waitReaped(grace time.Duration) {
+	deadline := time.Now().Add(grace)
+	for c.pidsCurrent() > int64(len(c.keep)) && time.Now().Before(deadline) {
+		time.Sleep(dockerPoll)
+	}
+}
+
+// pidsCurrent is the container's process count (zombies included), 0 when
+// it cannot be read.
+func (c *dockerJob) pidsCurrent() int64 {
+	if c.pidFile == "" {
+		return 0
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(c.pidFile), "pids.current"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
 // keeperAlive reports whether c's init and keeper still run.
 func (c *dockerJob) keeperAlive() bool {
 	for pid := range c.keep {
@@ -849,7 +873,11 @@ func (b *dockerBackend) exec(ctx context.Context, c *dockerJob, p plan, spec Spe
 	r := runner{opts: o}
 	r.afterStart = func() (func(), func(time.Duration) bool) {
 		kill := func() { c.killRest(0) }
-		gone := func(grace time.Duration) bool { return c.killRest(grace) }
+		gone := func(grace time.Duration) bool {
+			ok := c.killRest(grace)
+			c.waitReaped(grace)
+			return ok
+		}
 		return kill, gone
 	}
 	res, err := r.execute(ctx, cmd, spec)

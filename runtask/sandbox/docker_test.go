@@ -832,3 +832,18 @@ func TestDockerSpecMemoryLimitLowersTheContainers(t *testing.T) {
 		t.Fatalf("768 MiB with a 4 GiB role limit in a 512 MiB container: %+v %s", res, res.Output)
 	}
 }
+
+func TestDockerBackgroundProcessHoldingTheOutput(t *testing.T) {
+	sb := dockerBox(t, nil)
+	_, et := escapeTool(t)
+	tok := token(t)
+	// The daemon keeps the command's output open: the command still ends
+	// when sh does, with its output, and the daemon dies with it.
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"sh", "-c", "echo hi; " + et + " linger " + tok + " &"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil || res.ExitCode != 0 || res.Outcome != OutcomeExited || string(res.Output) != "hi\n" {
+		t.Fatalf("%v %+v %q", err, res, res.Output)
+	}
+	if pids := survivors(tok); len(pids) > 0 {
+		t.Fatalf("ESCAPE: a background process outlived its command: %v", pids)
+	}
+}
