@@ -69,7 +69,6 @@ const (
 	dockerPoll      = 5 * time.Millisecond // how often a kill checks the container's processes
 	dockerCLIWait   = 2 * time.Minute      // deadline of one docker CLI call (not exec)
 	dockerPidsFloor = 16                   // the smallest process limit accepted
-	dockerMemFloor  = 16 << 20             // the smallest memory limit accepted
 	dockerInitPath  = "/sbin"              // docker binds its init at /sbin/docker-init: a real folder in the image
 	dockerNotFound  = "No such container"  // the engine's answer for a removed container
 )
@@ -98,8 +97,8 @@ func dockerOptionsFromEnv(getenv func(string) string) (DockerOptions, error) {
 	d.Image = strings.TrimSpace(getenv(EnvDockerImage))
 	if v := strings.TrimSpace(getenv(EnvDockerMemory)); v != "" {
 		n, err := ParseBytes(v)
-		if err != nil || n < dockerMemFloor {
-			return d, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least 16M", EnvDockerMemory, v)
+		if err != nil || n < MinMemory {
+			return d, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least %s", EnvDockerMemory, v, bytesize(MinMemory))
 		}
 		d.MemoryBytes = n
 	}
@@ -165,8 +164,8 @@ type dockerJob struct {
 	dead    atomic.Bool  // removed or failed: the next Run makes a new one
 }
 
-// DockerEngine says whether the engine answers: its version, or an error
-// naming where the CLI looked.
+// engine says whether the engine answers: the CLI's path and the engine's
+// version, or an error naming where the CLI looked.
 func (d DockerOptions) engine(ctx context.Context) (cli, version string, err error) {
 	cli, err = lookPath(d.CLI, "docker")
 	if err != nil {
@@ -247,7 +246,7 @@ func newDocker(o Options) (*dockerBackend, error) {
 		}
 	}
 	b.layout = detectLayout("")
-	if err := b.reapOrphans(ctx); err != nil {
+	if _, err := b.reapOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("%w: docker: %v", ErrUnavailable, err)
 	}
 	if b.image, err = b.ensureImage(ctx); err != nil {
@@ -354,15 +353,12 @@ func ReapDockerOrphans(ctx context.Context, o Options) ([]string, error) {
 		return nil, err
 	}
 	b := &dockerBackend{opts: o, dopts: d, cli: cli}
-	return b.orphans(ctx, true)
+	return b.reapOrphans(ctx)
 }
 
-func (b *dockerBackend) reapOrphans(ctx context.Context) error {
-	_, err := b.orphans(ctx, true)
-	return err
-}
-
-func (b *dockerBackend) orphans(ctx context.Context, remove bool) ([]string, error) {
+// reapOrphans removes the sandbox containers whose owner is gone and
+// returns their names.
+func (b *dockerBackend) reapOrphans(ctx context.Context) ([]string, error) {
 	out, err := b.docker(ctx, "ps", "--all", "--filter", "label="+dockerLabel+"=1",
 		"--format", "{{.Names}}\t{{.Label \""+dockerLabelOwner+"\"}}")
 	if err != nil {
@@ -381,7 +377,7 @@ func (b *dockerBackend) orphans(ctx context.Context, remove bool) ([]string, err
 		}
 		gone = append(gone, name)
 	}
-	if remove && len(gone) > 0 {
+	if len(gone) > 0 {
 		if _, err := b.docker(ctx, append([]string{"rm", "--force", "--volumes"}, gone...)...); err != nil && !strings.Contains(err.Error(), dockerNotFound) {
 			return gone, err
 		}
@@ -777,6 +773,9 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox: %w", err)
 	}
+	if err := b.checkSocket(p); err != nil {
+		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+	}
 	if b.id.drop {
 		for _, d := range []string{p.dir, p.scratch} {
 			if d == "" {
@@ -793,9 +792,6 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 				}
 			}
 		}
-	}
-	if err := b.checkSocket(p); err != nil {
-		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
 		c, err := b.box(ctx, p)

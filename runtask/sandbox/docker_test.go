@@ -847,3 +847,34 @@ func TestDockerBackgroundProcessHoldingTheOutput(t *testing.T) {
 		t.Fatalf("ESCAPE: a background process outlived its command: %v", pids)
 	}
 }
+
+func TestDockerOptionsFromEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want DockerOptions
+		err  string
+	}{
+		{"none", nil, DockerOptions{}, ""},
+		{"all", map[string]string{EnvDockerHost: "unix:///run/x.sock", EnvDockerImage: "img:1", EnvDockerMemory: "512M", EnvDockerCPUs: "1.5", EnvDockerPids: "128", EnvDockerCLI: "/opt/docker"},
+			DockerOptions{Host: "unix:///run/x.sock", Image: "img:1", MemoryBytes: 512 << 20, CPUs: 1.5, PidsLimit: 128, CLI: "/opt/docker"}, ""},
+		{"memory too small", map[string]string{EnvDockerMemory: "1M"}, DockerOptions{}, EnvDockerMemory},
+		{"memory not a size", map[string]string{EnvDockerMemory: "lots"}, DockerOptions{}, EnvDockerMemory},
+		{"cpus zero", map[string]string{EnvDockerCPUs: "0"}, DockerOptions{}, EnvDockerCPUs},
+		{"pids too few", map[string]string{EnvDockerPids: "3"}, DockerOptions{}, EnvDockerPids},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := OptionsFromEnv(func(k string) string { return tc.env[k] })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil || o.Docker != tc.want {
+				t.Fatalf("got %+v %v, want %+v", o.Docker, err, tc.want)
+			}
+		})
+	}
+}
