@@ -47,7 +47,7 @@ const (
 // Labels the docker backend puts on its containers.
 const (
 	dockerLabel      = "dev.conductor.sandbox"  // "1" on every container the backend makes
-	dockerLabelOwner = "dev.conductor.owner"    // "PID/STARTTIME" of the conductor process that made it
+	dockerLabelOwner = "dev.conductor.owner"    // "MACHINE/PID/STARTTIME" of the conductor process that made it
 	dockerLabelRun   = "dev.conductor.run"      // DockerOptions.RunID, when set
 	dockerLabelDir   = "dev.conductor.worktree" // the worktree's host path
 )
@@ -249,6 +249,7 @@ func newDocker(o Options) (*dockerBackend, error) {
 	if _, err := b.reapOrphans(ctx); err != nil {
 		return nil, fmt.Errorf("%w: docker: %v", ErrUnavailable, err)
 	}
+	reapStateFolders()
 	if b.image, err = b.ensureImage(ctx); err != nil {
 		return nil, fmt.Errorf("%w: docker: %v", ErrUnavailable, err)
 	}
@@ -263,7 +264,7 @@ func (b *dockerBackend) ensureState() error {
 	if b.state != "" {
 		return nil
 	}
-	dir, err := os.MkdirTemp("", "conductor-docker-")
+	dir, err := os.MkdirTemp("", fmt.Sprintf("conductor-docker-%d-", os.Getpid()))
 	if err != nil {
 		return err
 	}
@@ -323,7 +324,22 @@ func (b *dockerBackend) Close() error {
 // owner is this process's label value: its pid and start time (a reused
 // pid has another start time).
 func owner(pid int) string {
-	return strconv.Itoa(pid) + "/" + procStart(pid)
+	return hostID() + "/" + strconv.Itoa(pid) + "/" + procStart(pid)
+}
+
+// hostID names this machine in owner labels: a container made by a
+// conductor on another host sharing the engine is never taken for an
+// orphan here. /etc/machine-id (it survives a reboot: a crashed host's
+// containers are reaped after it, their owners' start times no longer
+// match), else the host name.
+func hostID() string {
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s
+		}
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 func procStart(pid int) string {
@@ -370,7 +386,11 @@ func (b *dockerBackend) reapOrphans(ctx context.Context) ([]string, error) {
 		if !ok || name == "" {
 			continue
 		}
-		pidS, _, _ := strings.Cut(own, "/")
+		host, rest, _ := strings.Cut(own, "/")
+		if host != hostID() {
+			continue // another machine's
+		}
+		pidS, _, _ := strings.Cut(rest, "/")
 		pid, err := strconv.Atoi(pidS)
 		if err == nil && pid > 0 && owner(pid) == own {
 			continue // its conductor still runs
@@ -383,6 +403,22 @@ func (b *dockerBackend) reapOrphans(ctx context.Context) ([]string, error) {
 		}
 	}
 	return gone, nil
+}
+
+// reapStateFolders removes the host folders (the .git masks) of docker
+// backends whose conductor process is gone (killed before Close).
+func reapStateFolders() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "conductor-docker-*-*"))
+	for _, d := range dirs {
+		pidS, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), "conductor-docker-"), "-")
+		pid, err := strconv.Atoi(pidS)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // scratchImage is the root filesystem of the default image: empty folders
