@@ -8,7 +8,7 @@ FUZZTIME ?= 10s
 PI_DIR  ?= /opt/conductor/pi
 PI_VERSION := 0.73.1
 
-.PHONY: build test test-short fuzz bench bench-short demo lint soak pi man help
+.PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak soak-queue pi man screenshots help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
@@ -16,8 +16,15 @@ build: ## build bin/conductor
 test: ## vet, run every test (real git, redis-server, PostgreSQL, bubblewrap), short fuzz and bench smoke runs
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory escape-load
 	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 	$(MAKE) --no-print-directory bench-short
+
+ESCAPE_RUN ?= ^TestEscape
+escape-load: ## the escape suites again with GOMAXPROCS=1 beside a CPU hog: a slow machine must not make them fail
+	@set -e; sh -c 'while :; do :; done' & hog=$$!; \
+	trap 'kill $$hog' EXIT; \
+	$(GO) test -count=1 -cpu 1 -timeout 20m -run '$(ESCAPE_RUN)' ./runtask
 
 test-short: ## unit tests only, skipping the slow ones
 	$(GO) test -short ./...
@@ -50,6 +57,16 @@ pi: ## install the pi coding agent for tasks with "runtime": "pi" (npm, into PI_
 man: build ## write the conductor(1) man page to docs/man/conductor.1
 	mkdir -p docs/man
 	$(BIN) man > docs/man/conductor.1
+
+QUEUE_TRIALS ?= 20
+QUEUE_FAULTS := TestWorkersSurvivePostgresOutage|TestEmbeddedQueueReclaimsKilledWorkersJobs|TestWorkerSurvivesRedisRestart|TestWorkersRedisKillAndResume|TestConsumerSurvivesRedisRestart|TestConsumerInfraErrorsAreNotAttempts|TestRedisZombieCannotFinishReapedJob|TestEmbeddedLeaseReclaim
+
+soak-queue: ## queue fault trials (QUEUE_TRIALS=20 each): PostgreSQL and Redis stopped, workers killed, at random moments
+	$(GO) test -count=$(QUEUE_TRIALS) -p 1 -run '^($(QUEUE_FAULTS))$$' -timeout 120m ./conductor/queue ./cmd/conductor
+
+screenshots: ## drive mission control (conductor serve) in headless Chromium and write its screenshots to docs/img/
+	mkdir -p docs/img
+	CONDUCTOR_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestBrowser$$' -timeout 5m ./conductor/web
 
 lint: ## gofmt and go vet
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)

@@ -51,6 +51,11 @@ func (r AuditReport) Refusal() *policy.Refusal {
 	if r.OK {
 		return nil
 	}
+	if len(r.Checks) == 1 && r.Checks[0].Name == "receipt trailers" {
+		return policy.Refuse("audit-mismatch",
+			fmt.Sprintf("commit %s has no receipt trailers: it was not landed by conductor land", short(r.Commit)),
+			"audit a commit `conductor land` made (git log --grep '^Decision-Id:' shows them)")
+	}
 	var bad []string
 	for _, c := range r.Checks {
 		if !c.OK {
@@ -128,8 +133,16 @@ func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
 
 	_, ts := splitTrailers(c.Message)
 	tr := map[string]string{}
-	for _, k := range []string{"Decision-Id", "Reviewed-Commit", "Patch-Id", "Run-Id", "Model"} {
+	keys := []string{"Decision-Id", "Reviewed-Commit", "Patch-Id", "Run-Id", "Model"}
+	for _, k := range keys {
 		tr[k] = trailer(ts, k)
+	}
+	if tr["Decision-Id"] == "" && tr["Reviewed-Commit"] == "" && tr["Patch-Id"] == "" {
+		// Not a landing at all: say that, not a list of everything missing.
+		note("receipt trailers", "none: this commit was not landed by conductor land (no Decision-Id, Reviewed-Commit or Patch-Id)", false)
+		return rep, nil
+	}
+	for _, k := range keys {
 		if tr[k] == "" {
 			note("trailer "+k, "missing", false)
 		}

@@ -223,6 +223,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 // reflog entries name the landing's committer.
 func (l *lander) startUpdate(ctx context.Context) *patch.Started {
 	g := l.g.WithEnv("GIT_COMMITTER_NAME="+l.o.Committer.Name, "GIT_COMMITTER_EMAIL="+l.o.Committer.Email)
+	g.Timeout = landingGitTimeout // it waits for the gate
 	return g.Start(ctx, "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
 }
 

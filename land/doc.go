@@ -80,9 +80,10 @@
 // CONDUCTOR_LAND_TREE). Otherwise (or with Options.Worktree) a worktree gets
 // exactly that tree checked out (verified with write-tree) and its .git link
 // removed, so nothing the gate runs can reach the repository, and the gate
-// runs there: a free worktree of the worker pool when Options.Checkout
-// lends one (the CLI does; the pool resets it on release), else a detached
-// scratch worktree under the data root. Either way the
+// runs there: a detached scratch worktree of the landing's own under the
+// data root, never a worktree of the worker pool (a gate runs
+// worker-written code; what it leaves behind, such as a repository planted
+// in a submodule's folder, must never meet a later task's host git). The
 // committed tree is the one computed before the gate. Scratch folders and
 // worktree admin entries are removed before Run returns, and stale ones (a
 // killed landing) by the next landing on the same target.

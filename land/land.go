@@ -66,11 +66,6 @@ type Options struct {
 	// Worktree forces the checkout path (a scratch worktree) even when no
 	// gate command needs files.
 	Worktree bool
-	// Checkout, when set, lends a worktree detached at a commit for a gate
-	// that needs files (the CLI passes the warm worktree pool); it returns
-	// nil (and no error) when none is at hand, and land then makes a fresh
-	// scratch worktree.
-	Checkout func(ctx context.Context, commit string) (*Checkout, error)
 	// Sandbox runs the gate commands (they run worker-written code). nil:
 	// the default backend (bubblewrap); when none works a landing whose
 	// gate has commands is refused (sandbox-unavailable), never run
@@ -82,14 +77,6 @@ type Options struct {
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
-}
-
-// Checkout is a worktree lent to the gate.
-type Checkout struct {
-	// Git is the worktree: its private git dir and its folder.
-	Git patch.Git
-	// Release hands it back (the lender resets it, .git link included).
-	Release func(ctx context.Context) error
 }
 
 // Outcome statuses.

@@ -95,7 +95,7 @@ func TestAuditMismatches(t *testing.T) {
 	}
 	// A commit that was never landed.
 	rep = audit("refs/heads/main^")
-	if rep.OK || !strings.Contains(rep.Refusal().Detail, "trailer Decision-Id") {
+	if rep.OK || !strings.Contains(rep.Refusal().Reason, "has no receipt trailers") {
 		t.Fatalf("unlanded commit: %+v", rep)
 	}
 	var sb strings.Builder

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	gitobject "github.com/go-git/go-git/v5/plumbing/object"
@@ -59,7 +60,15 @@ type batch struct {
 	cache   map[string]object
 }
 
+// landingGitTimeout bounds the git processes that live for the whole
+// landing, gate included (the cat-file batch, the update-ref started at the
+// beginning and given its transaction at the end). They touch the object
+// store and refs only, never a worktree; git's default deadline
+// (patch.DefaultTimeout) would end them under a long gate.
+const landingGitTimeout = 12 * time.Hour
+
 func newBatch(ctx context.Context, g patch.Git) *batch {
+	g.Timeout = landingGitTimeout
 	objects := filepath.Join(g.CommonDir(), "objects")
 	return &batch{ctx: ctx, g: g, objects: objects, packs: newPacks(objects)}
 }

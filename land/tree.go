@@ -162,30 +162,15 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		}
 	}
 	defer l.removeScratch(context.WithoutCancel(ctx), root)
-	var co *Checkout
-	if mode == ModeWorktree && l.o.Checkout != nil {
-		var err error
-		if co, err = l.o.Checkout(ctx, tip); err != nil {
-			l.o.Log.Warn("land: no pooled worktree, using a scratch one", "err", err)
-			co = nil
-		}
-	}
+	// The gate's worktree is always its own, removed with the scratch
+	// root (never a worker pool's: a gate runs worker-written code, and
+	// what it leaves, a repository planted in a submodule's folder for
+	// one, must never reach a later task's host git).
 	switch {
 	case mode == ModeTree:
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, err
 		}
-	case co != nil:
-		defer func() {
-			if err := co.Release(context.WithoutCancel(ctx)); err != nil {
-				l.o.Log.Warn("land: releasing the pooled worktree", "dir", co.Git.WorkTree, "err", err)
-			}
-		}()
-		dir = co.Git.WorkTree
-		if err := checkoutTree(ctx, co.Git, tree); err != nil {
-			return nil, err
-		}
-		l.o.Fault("worktree")
 	default:
 		if _, err := l.g.Run(ctx, "worktree", "add", "--detach", "--no-checkout", dir, tip); err != nil {
 			return nil, fmt.Errorf("scratch worktree: %w", err)
@@ -345,7 +330,7 @@ func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
 // check refuses when the worktree could not follow the target from tip to
 // tree: local changes to tracked files, or files in the way.
 func (w *targetWT) check(ctx context.Context, tip, tree string) error {
-	st, err := w.g.Run(ctx, "status", "--porcelain", "-z", "--untracked-files=no")
+	st, err := w.g.Run(ctx, "status", "--porcelain", "-z", "--untracked-files=no", "--ignore-submodules=all")
 	if err != nil {
 		return fmt.Errorf("status of %s: %w", w.path, err)
 	}

@@ -47,6 +47,11 @@ type ExtractOptions struct {
 	Base string
 	// Out receives the canonical diff; nil discards it.
 	Out io.Writer
+	// RemoveHazards removes every nested .git and special file the scan
+	// finds (a worker's worktree: neither can be part of a diff). Without
+	// it a worktree holding one is refused and left as it is (it may be
+	// the operator's own, with initialised submodules).
+	RemoveHazards bool
 }
 
 // Extracted describes an extracted diff.
@@ -62,6 +67,9 @@ type Extracted struct {
 	BaseTree string `json:"baseTree"`
 	// Bytes is the size of the diff.
 	Bytes int64 `json:"bytes"`
+	// Hazards are what ScanWorktree found (and removed) in the worktree
+	// before git ran on it.
+	Hazards []Hazard `json:"hazards,omitempty"`
 }
 
 // Extract writes ONE canonical diff of everything in the worktree against
@@ -76,12 +84,33 @@ type Extracted struct {
 // fsmonitor, filter, textconv or external diff can run, and no attribute or
 // configuration can change the bytes.
 // The git dir and config found in the worktree are never looked at.
-// Embedded repositories (gitlinks) are refused.
+//
+// Before git runs, the worktree is scanned (ScanWorktree): with
+// RemoveHazards every nested .git and special file is removed (neither can
+// be part of a diff), without it a worktree holding one is refused; every
+// hazard is returned in Extracted.Hazards. The base's gitlinks
+// (submodules) are kept as the base has them: whatever a worker put in or
+// instead of a gitlink's folder is not collected, so git never reads a
+// worker's repository there. A gitlink change cannot be extracted.
 func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 	var ex Extracted
 	wt, err := checkWorktree(opts.Repo, opts.WorkTree)
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if ex.Hazards, err = ScanWorktree(wt, ScanOptions{Remove: opts.RemoveHazards}); err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if !opts.RemoveHazards {
+		var bad []string
+		for _, h := range ex.Hazards {
+			if h.Code != HazardUnsafeName {
+				bad = append(bad, h.String())
+			}
+		}
+		if len(bad) > 0 {
+			return ex, fmt.Errorf("extract: worktree %s holds what git must not see (remove it first): %s", wt, strings.Join(bad, "; "))
+		}
 	}
 	// The base is resolved while the worktree is collected.
 	type resolved struct {
@@ -109,7 +138,18 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 			return ex, fmt.Errorf("extract: read base tree: %w", err)
 		}
 	}
-	if _, err := n.Run(ctx, "add", "--all"); err != nil {
+	add := []string{"add", "--all"}
+	links, err := IndexGitlinks(n.indexFile())
+	if err != nil {
+		return ex, fmt.Errorf("extract: %w", err)
+	}
+	if len(links) > 0 {
+		add = append(add, "--", ".")
+		for _, l := range links {
+			add = append(add, ":(exclude,literal)"+l)
+		}
+	}
+	if _, err := n.Run(ctx, add...); err != nil {
 		return ex, fmt.Errorf("extract: collect worktree %s: %w", wt, err)
 	}
 	if ex.BaseTree, err = baseTree(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -212,7 +213,7 @@ func TestExtractBadInput(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	t.Run("embedded repository refused", func(t *testing.T) {
+	t.Run("embedded repository: its .git removed, its files extracted, the hazard named", func(t *testing.T) {
 		sub := filepath.Join(wt, "sub")
 		if err := os.MkdirAll(sub, 0o755); err != nil {
 			t.Fatal(err)
@@ -224,9 +225,26 @@ func TestExtractBadInput(t *testing.T) {
 		testGit(t, sub, nil, "add", "x")
 		testGit(t, sub, nil, "commit", "-q", "-m", "x")
 		defer os.RemoveAll(sub)
+		// Without RemoveHazards it is refused, and left alone.
 		_, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base})
-		if err == nil || !strings.Contains(err.Error(), "sub: embedded git repository") {
-			t.Errorf("error %v, want the embedded repository named", err)
+		if err == nil || !strings.Contains(err.Error(), "nested-repository sub/.git") {
+			t.Errorf("error %v, want the nested repository named", err)
+		}
+		if _, err := os.Lstat(filepath.Join(sub, ".git")); err != nil {
+			t.Fatalf("a refused extraction changed the worktree: %v", err)
+		}
+		ex, err := Extract(context.Background(), ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, RemoveHazards: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ex.Hazards) != 1 || ex.Hazards[0].Code != HazardNestedRepo || ex.Hazards[0].Path != "sub/.git" {
+			t.Errorf("hazards %+v, want the nested repository sub/.git", ex.Hazards)
+		}
+		if !slices.Contains(ex.Files, "sub/x") {
+			t.Errorf("files %q, want sub/x", ex.Files)
+		}
+		if _, err := os.Lstat(filepath.Join(sub, ".git")); !os.IsNotExist(err) {
+			t.Errorf("sub/.git is still there: %v", err)
 		}
 	})
 }

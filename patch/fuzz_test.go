@@ -154,3 +154,48 @@ func FuzzIndexSeedable(f *testing.F) {
 		indexSeedable(b)
 	})
 }
+
+// FuzzIndexEntries: the index reader behind IndexGitlinks never panics or
+// loops, on real indexes of versions 2 to 4 with gitlinks and on garbage.
+func FuzzIndexEntries(f *testing.F) {
+	requireGit(f)
+	repo := newRepo(f)
+	os.MkdirAll(filepath.Join(repo, "d"), 0o755)
+	for i := 0; i < 3; i++ {
+		os.WriteFile(filepath.Join(repo, "d", fmt.Sprintf("f%d", i)), []byte{byte(i)}, 0o644)
+	}
+	testGit(f, repo, nil, "add", ".")
+	testGit(f, repo, nil, "update-index", "--add", "--cacheinfo", "160000,1111111111111111111111111111111111111111,d/sub")
+	for _, v := range []string{"2", "3", "4"} {
+		testGit(f, repo, nil, "update-index", "--index-version", v)
+		b, err := os.ReadFile(filepath.Join(repo, ".git", "index"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n := 0
+		indexEntries(b, func(uint32, string) { n++ })
+		if n > len(b) {
+			t.Fatalf("%d entries from %d bytes", n, len(b))
+		}
+	})
+}
+
+// FuzzEscapePath: an escaped path is always safe to print, and a safe one
+// is left as it is.
+func FuzzEscapePath(f *testing.F) {
+	for _, s := range []string{"plain/path.go", "a\x1b]52;c;aGk=\x07b", "\xff\xfe", "c1\u0085", "back\\slash\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e := EscapePath(s)
+		if !SafeName(e) {
+			t.Fatalf("EscapePath(%q) = %q is not safe", s, e)
+		}
+		if SafeName(s) != (e == s) {
+			t.Fatalf("EscapePath(%q) = %q, SafeName %v", s, e, SafeName(s))
+		}
+	})
+}

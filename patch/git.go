@@ -3,11 +3,14 @@ package patch
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // Git runs the git CLI against one repository with an explicit git dir, an
@@ -34,7 +37,20 @@ type Git struct {
 	// extractions are made in (the data root's scratch folder; stale ones
 	// are removed by CleanScratch). Empty means os.TempDir().
 	Scratch string
+	// Timeout bounds every git child: it is killed (with its process
+	// group) when it passes, and the error says so. 0 means the caller's
+	// deadline when its context has one, else DefaultTimeout.
+	Timeout time.Duration
 }
+
+// DefaultTimeout bounds a git child whose caller gave no deadline: a git
+// that blocks (on a named pipe, a lock, a hung filesystem) becomes an
+// error, never a hang.
+const DefaultTimeout = 10 * time.Minute
+
+// waitDelay is how long a killed or finished git's output pipes stay open
+// for a process it started that still holds them (exec.Cmd.WaitDelay).
+const waitDelay = 5 * time.Second
 
 // GitError is returned when git exits non-zero or cannot start.
 type GitError struct {
@@ -49,8 +65,11 @@ func (e *GitError) Error() string {
 	if i := strings.LastIndexByte(msg, '\n'); i >= 0 && len(msg) > 400 {
 		msg = msg[i+1:]
 	}
-	if msg == "" {
+	switch {
+	case msg == "":
 		msg = e.Err.Error()
+	case errors.Is(e.Err, ErrKilled):
+		msg = e.Err.Error() + " (" + msg + ")"
 	}
 	return fmt.Sprintf("git %s: %s", strings.Join(e.Args, " "), msg)
 }
@@ -61,7 +80,18 @@ func (e *GitError) Unwrap() error { return e.Err }
 // make git run a program or reach the network during the operations the
 // conductor performs. Per-command flags (--no-ext-diff, --no-textconv) add to
 // this where a command supports them.
+//
+// git never enters a submodule: a submodule's own repository (a .git a
+// worker made in a gitlink's folder) has its own configuration, which the
+// guards here do not reach, and git would run its filters as the
+// conductor. status and diff also pass --ignore-submodules=all where they
+// look at a worktree, and the worktree scan (ScanWorktree) removes every
+// nested .git before host git runs at all.
 var guardConfig = []string{
+	"submodule.recurse=false",
+	"diff.ignoreSubmodules=all",
+	"status.submoduleSummary=false",
+	"fetch.recurseSubmodules=false",
 	"core.fsmonitor=false",
 	"core.hooksPath=/dev/null",
 	"core.sshCommand=false",
@@ -135,9 +165,44 @@ func (g Git) Args(args ...string) []string {
 }
 
 // Command builds an *exec.Cmd for streaming use. The caller sets Stdin,
-// Stdout and Stderr and must check the error of Wait.
+// Stdout and Stderr and must check the error of Wait. The process runs in
+// its own process group and is killed with it at its deadline (see
+// Timeout) or when ctx ends; its pipes are closed waitDelay after that.
 func (g Git) Command(ctx context.Context, args ...string) *exec.Cmd {
+	cmd, _ := g.command(ctx, args...)
+	return cmd
+}
+
+// deadline returns ctx bounded by g's timeout (see Timeout).
+func (g Git) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout := g.Timeout
+	if timeout == 0 {
+		if _, ok := ctx.Deadline(); ok {
+			return context.WithCancel(ctx)
+		}
+		timeout = DefaultTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+// command is Command, also returning the context the process is bound to.
+// Its cancel function is called when the process is cancelled; a process
+// that ends first leaves the context to its deadline (or to ctx's end: Run
+// and Start end theirs when the process does).
+func (g Git) command(ctx context.Context, args ...string) (*exec.Cmd, context.Context) {
+	ctx, cancel := g.deadline(ctx)
 	cmd := exec.CommandContext(ctx, "git", g.Args(args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		defer cancel()
+		// The whole group: a filter, hook or helper git started must not
+		// outlive it. The leader is not reaped yet, so its pgid is ours.
+		if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); err != nil {
+			return cmd.Process.Kill()
+		}
+		return nil
+	}
+	cmd.WaitDelay = waitDelay
 	cmd.Env = g.Environ()
 	// Run from a neutral directory: git must never discover a repository
 	// from the process's working directory.
@@ -146,7 +211,7 @@ func (g Git) Command(ctx context.Context, args ...string) *exec.Cmd {
 	} else {
 		cmd.Dir = g.GitDir
 	}
-	return cmd
+	return cmd, ctx
 }
 
 // Run runs git and returns its standard output.
@@ -156,18 +221,33 @@ func (g Git) Run(ctx context.Context, args ...string) ([]byte, error) {
 
 // RunInput runs git with stdin and returns its standard output.
 func (g Git) RunInput(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
-	cmd := g.Command(ctx, args...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd, cctx := g.command(ctx, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdin = stdin
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
 	if err := cmd.Run(); err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return out.Bytes(), &GitError{Args: args, Stdout: out.Bytes(), Stderr: errb.Bytes(), Err: err}
+		return out.Bytes(), &GitError{Args: args, Stdout: out.Bytes(), Stderr: errb.Bytes(), Err: killedErr(cctx, err)}
 	}
 	return out.Bytes(), nil
+}
+
+// ErrKilled wraps the error of a git child killed at its deadline or by
+// its caller's cancellation.
+var ErrKilled = errors.New("killed")
+
+// killedErr is err, or why the process was killed when its context ended.
+func killedErr(ctx context.Context, err error) error {
+	switch ctx.Err() {
+	case nil:
+		return err
+	case context.DeadlineExceeded:
+		return fmt.Errorf("%w: did not finish before its deadline: %w", ErrKilled, context.DeadlineExceeded)
+	default:
+		return fmt.Errorf("%w: %w", ErrKilled, context.Cause(ctx))
+	}
 }
 
 // Line runs git and returns its output with surrounding space trimmed.

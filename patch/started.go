@@ -23,6 +23,7 @@ type Started struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed once the process started (or failed to)
 	cmd    *exec.Cmd
+	cmdCtx context.Context // the process's own (bounded by its deadline)
 	in     io.WriteCloser
 	out    *bufio.Reader
 	stderr bytes.Buffer
@@ -37,7 +38,7 @@ type Started struct {
 func (g Git) Start(ctx context.Context, args ...string) *Started {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &Started{args: args, ctx: ctx, cancel: cancel, ready: make(chan struct{})}
-	s.cmd = g.Command(ctx, args...)
+	s.cmd, s.cmdCtx = g.command(ctx, args...)
 	s.cmd.Stderr = &s.stderr
 	go func() {
 		defer close(s.ready)
@@ -97,10 +98,7 @@ func (s *Started) Wait() error {
 	}
 	io.Copy(io.Discard, s.out)
 	if err := s.cmd.Wait(); err != nil {
-		if s.ctx.Err() != nil {
-			err = s.ctx.Err()
-		}
-		s.result = &GitError{Args: s.args, Stderr: s.stderr.Bytes(), Err: err}
+		s.result = &GitError{Args: s.args, Stderr: s.stderr.Bytes(), Err: killedErr(s.cmdCtx, err)}
 	}
 	return s.result
 }

@@ -31,8 +31,21 @@ func (r *runner) checkpoint(ctx context.Context) {
 	}
 	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
 		Worktree: st.Worktree, CreatedAt: r.now()}
-	if err := r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp); err != nil {
-		r.warnf("checkpoint %s at step %d: %v", st.RunID, st.Step, err)
+	r.storeResult(r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp), fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
+}
+
+// storeResult reports a bus store write's outcome once per outage: the
+// first failure is a warning (the run goes on: the run folder and the
+// session state hold every step), later ones are quiet until the store
+// answers again, which is said once too.
+func (r *runner) storeResult(err error, what string) {
+	switch {
+	case err != nil && !r.storeDown:
+		r.storeDown = true
+		r.warnf("bus store unavailable (%s: %v); the run goes on, the run folder is the record", what, err)
+	case err == nil && r.storeDown:
+		r.storeDown = false
+		r.warnf("bus store reachable again")
 	}
 }
 

@@ -41,6 +41,10 @@ type ModelError struct {
 	Msg      string // redacted
 }
 
+// Outside reports a failure of the server, not of the request: no answer
+// came (unreachable, reset), or a status worth retrying later (429, 5xx).
+func (e *ModelError) Outside() bool { return e.Status == 0 || retryableStatus(e.Status) }
+
 func (e *ModelError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model %s (%s)", e.Alias, e.URL)

@@ -46,12 +46,8 @@ import (
 type escapeEnv struct {
 	// gate is the sandbox review and land are given; nil: their default
 	// (auto). The docker suites give them the worker's backend.
-	gate sandbox.Sandbox
-	// limit is how long one attempt may take before the conductor counts
-	// as stuck: attemptLimit, twice that with docker (a container per job
-	// and per gate tree, and a docker exec per command, on top of a cold
-	// go test: the limit detects a hang, not a slow machine).
-	limit   time.Duration
+	gate    sandbox.Sandbox
+	backend string // the sandbox backend of the worker's commands
 	root    string // world-traversable folder holding everything below
 	toolDir string // read-only inside the sandbox: the hostile program
 	tool    string
@@ -201,9 +197,10 @@ func newEscapeEnvFor(t *testing.T, backend string) *escapeEnv {
 	// allowlist and denied arguments), plus the hostile program, a short
 	// command timeout. (A contract that lists a credential name is refused
 	// when it loads; the policy tests cover that.)
-	e.pol, e.role = escapeRole(t, e, backend)
+	e.backend = backend
+	e.pol, e.role = escapeRole(t, e)
 
-	// The sandbox: bwrap only. A small process limit so the fork bomb ends
+	// The sandbox: bwrap (or docker). A small process limit so the fork bomb ends
 	// fast; the hostile program's folder read-only.
 	opts := sandbox.Options{MaxProcs: 256, OutputKillLimit: 32 << 20, ReadOnly: []string{e.toolDir}}
 	if os.Getuid() == 0 {
@@ -231,14 +228,19 @@ func newEscapeEnvFor(t *testing.T, backend string) *escapeEnv {
 		}
 	})
 	e.sb = sb
-	e.limit = attemptLimit
 	if backend == sandbox.BackendDocker {
-		e.gate, e.limit = sb, 2*attemptLimit
+		e.gate = sb
 	}
 	return e
 }
 
-func escapeRole(t *testing.T, e *escapeEnv, backend string) (*policy.Policy, *policy.Role) {
+func escapeRole(t *testing.T, e *escapeEnv) (*policy.Policy, *policy.Role) {
+	t.Helper()
+	return escapeRoleTimeout(t, e, 3)
+}
+
+// escapeRoleTimeout is escapeRole with another command timeout.
+func escapeRoleTimeout(t *testing.T, e *escapeEnv, seconds int) (*policy.Policy, *policy.Role) {
 	t.Helper()
 	pol, err := policy.LoadFS(roles.FS, nil, "")
 	if err != nil {
@@ -252,8 +254,8 @@ func escapeRole(t *testing.T, e *escapeEnv, backend string) (*policy.Policy, *po
 	c.Schema = ""
 	c.Role = "escaper"
 	c.Commands = append(c.Commands, []string{e.tool})
-	c.Sandbox = backend
-	c.Limits.CommandTimeoutSeconds = 3
+	c.Sandbox = e.backend
+	c.Limits.CommandTimeoutSeconds = seconds
 	c.Limits.MaxSteps = 30
 	dir := mkdir(t, e.root, "roles", 0o755)
 	// The landing gate and syntax checks of the defaults, with short timeouts.
@@ -310,6 +312,9 @@ type attempt struct {
 	// then land it (squash, gate, commit), as `conductor land` does. The
 	// markers are checked after the review and again after the landing.
 	land bool
+	// timeoutSeconds is the task's wall-clock limit (the conductor's own
+	// deadline); 0 means 120.
+	timeoutSeconds int
 }
 
 // outcome is what one attempt left behind.
@@ -327,6 +332,10 @@ type outcome struct {
 	// stageEscapes are markers found after a stage (then removed so the
 	// next stage is judged on its own).
 	stageEscapes []string
+	// stuck is set when runtask.Run had not returned once the conductor's
+	// own deadline for the run (the task's limit plus the bounded finish
+	// after it) had passed.
+	stuck bool
 }
 
 func (e *escapeEnv) marker(name string) string { return filepath.Join(e.markers, name) }
@@ -357,17 +366,28 @@ func (e *escapeEnv) play(t *testing.T, a attempt) *outcome {
 		model = &tamperModel{inner: client, at: a.tamperAt, fn: func() { a.tamper(t, e.currentWorktree(t)) }}
 	}
 	n := e.session.Add(1)
+	timeout := a.timeoutSeconds
+	if timeout == 0 {
+		timeout = 120
+	}
 	task := runtask.Task{TaskVersion: 1, ID: fmt.Sprintf("t-escape-%d", n), Prompt: "Escape: " + a.name,
 		Workspace: "escape", Capabilities: runtask.Capabilities{Tools: []string{"read_file", "write_file", "edit_file", "grep", "list_dir", "run_command"}},
-		Session: fmt.Sprintf("escape-%d", n), TimeoutSeconds: 120}
+		Session: fmt.Sprintf("escape-%d", n), TimeoutSeconds: timeout}
 	var stderr bytes.Buffer
+	// The watchdog: once the conductor's own deadline for the run has
+	// passed (the task's limit, then the bounded finish), a Run that has
+	// not returned is stuck.
+	stuck := make(chan bool, 1)
+	runDone := make(chan struct{})
+	go func() { stuck <- e.watch(time.Duration(timeout)*time.Second+runtask.FinishTimeout, runDone) }()
 	res, runErr := runtask.Run(context.Background(), runtask.Options{
 		Task: task, Config: conductor.Config{DataRoot: e.data}, Repo: e.repo,
 		Model: model, ModelName: "hostile", ModelAlias: "escape",
 		Role: e.role, Sandbox: e.sb, Getenv: e.getenv, Stderr: &stderr,
 		DeniedEnv: secretNames(e.secrets),
 	})
-	o := &outcome{res: res, runErr: runErr}
+	close(runDone)
+	o := &outcome{res: res, runErr: runErr, stuck: <-stuck}
 	for _, r := range srv.Requests() {
 		o.requests = append(o.requests, string(r.Raw))
 	}
@@ -511,6 +531,12 @@ func (e *escapeEnv) escapes(t *testing.T, a attempt, o *outcome) []string {
 	}
 	if pids := pidsAfterGrace(e.tool); len(pids) > 0 {
 		found = append(found, fmt.Sprintf("hostile processes still running after the run: %v", pids))
+	}
+	if o.stuck {
+		found = append(found, "the conductor was stuck past its own deadline for the run (a worker can hang the conductor)")
+	}
+	if o.res.Status == runrec.StatusTimeout {
+		found = append(found, "the run hit its wall-clock limit: the conductor blocked until its own deadline ("+o.res.Error+")")
 	}
 	found = append(found, o.stageEscapes...)
 	if a.also != nil {
@@ -725,30 +751,22 @@ func escapeSuiteReviewAndLand(t *testing.T, backend string) {
 	e.runAttempts(t, "escape suite (review and land)", attempts)
 }
 
-// attemptLimit bounds one attempt: every attempt ends in seconds unless the
-// conductor itself is stuck.
-const attemptLimit = 30 * time.Second
-
-// playBounded plays a under attemptLimit. If the conductor is still busy
-// then, it is stuck (for instance blocked opening a named pipe the worker
-// planted): that is recorded as an escape (the run would never end), and the
-// test releases it by opening every named pipe in the worktrees for
-// writing, so the suite goes on.
-func (e *escapeEnv) playBounded(t *testing.T, a attempt) *outcome {
-	t.Helper()
-	done := make(chan *outcome, 1)
-	go func() { done <- e.play(t, a) }()
+// watch waits for done. If the conductor's own deadline (limit from now)
+// passes first, the conductor is stuck (for instance blocked opening a
+// named pipe the worker planted): watch then releases it by opening every
+// named pipe in the worktrees for writing, until done, so the suite goes
+// on, and reports true. No fixed wall-clock limit of the test's own: a
+// slow machine only makes the conductor's deadline come later.
+func (e *escapeEnv) watch(limit time.Duration, done <-chan struct{}) bool {
 	select {
-	case o := <-done:
-		return o
-	case <-time.After(e.limit):
+	case <-done:
+		return false
+	case <-time.After(limit):
 	}
-	stuck := fmt.Sprintf("the conductor was stuck for %s (a worker can hang the conductor: the run would never end)", e.limit)
 	for {
 		select {
-		case o := <-done:
-			o.stageEscapes = append(o.stageEscapes, stuck)
-			return o
+		case <-done:
+			return true
 		case <-time.After(200 * time.Millisecond):
 			releaseFIFOs(filepath.Join(e.data, "worktrees"))
 		}
@@ -774,7 +792,7 @@ func (e *escapeEnv) runAttempts(t *testing.T, label string, attempts []attempt) 
 	total, escaped := 0, 0
 	for _, a := range attempts {
 		t.Run(a.name, func(t *testing.T) {
-			o := e.playBounded(t, a)
+			o := e.play(t, a)
 			total++
 			if o.runErr != nil {
 				t.Fatalf("the conductor failed: %v", o.runErr)
@@ -989,7 +1007,7 @@ func writeHostFile(t *testing.T, p, content string, mode os.FileMode) {
 // hostGit runs the test's own git (isolated HOME and identity).
 func hostGit(t *testing.T, dir string, args ...string) {
 	t.Helper()
-	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null"}, args...)...)
+	cmd := exec.Command("git", append([]string{"-c", "init.defaultBranch=main", "-c", "core.hooksPath=/dev/null", "-c", "safe.directory=*"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/nonexistent", "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
 		"GIT_AUTHOR_NAME=Escape", "GIT_AUTHOR_EMAIL=escape@example.test", "GIT_COMMITTER_NAME=Escape", "GIT_COMMITTER_EMAIL=escape@example.test",

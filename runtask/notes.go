@@ -2,10 +2,13 @@ package runtask
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	openai "github.com/sashabaranov/go-openai"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
 )
 
 // notePrefix introduces an operator note in the conversation.
@@ -22,8 +25,8 @@ func (r *runner) deliverNotes(ctx context.Context) {
 	}
 	st := r.state
 	notes, err := r.opts.Store.PendingNotes(ctx, st.RunID)
+	r.storeResult(err, "pending notes")
 	if err != nil {
-		r.warnf("notes: %v", err)
 		return
 	}
 	for _, n := range notes {
@@ -37,8 +40,11 @@ func (r *runner) deliverNotes(ctx context.Context) {
 			r.transcript(transcriptLine{Type: lineNote, Step: st.Step + 1, NoteID: n.ID, Text: n.Text})
 			r.ev.emit(Event{Event: "note", Time: r.now(), RunID: st.RunID, Step: st.Step + 1, Text: fmt.Sprintf("note %d delivered", n.ID)})
 		}
-		if err := r.opts.Store.MarkNoteDelivered(ctx, n.ID, st.Step+1); err != nil {
+		err := r.opts.Store.MarkNoteDelivered(ctx, n.ID, st.Step+1)
+		if errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrNotFound) {
 			r.warnf("notes: mark %d delivered: %v", n.ID, err)
+			err = nil
 		}
+		r.storeResult(err, fmt.Sprintf("mark note %d delivered", n.ID))
 	}
 }

@@ -219,7 +219,7 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 		done <- followed{ev, o}
 	}()
 	res, runErr := r.opts.Sandbox.Run(ctx, sandbox.Spec{
-		Dir: r.lease.Dir(), DirInside: piInsideDir, Argv: argv, Env: env, Scratch: r.scratch,
+		Dir: r.lease.Dir(), DirInside: piInsideDir, Argv: argv, Env: env, Scratch: r.scratch, ReadOnlyDirs: r.tb.readOnly,
 		Timeout: remaining, OutputLimit: fullOutputLimit,
 		Mounts: []sandbox.Mount{
 			{Path: p.install.Prefix}, {Path: dirs.launch}, {Path: dirs.sock}, {Path: dirs.agent, Writable: true},

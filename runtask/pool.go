@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -117,28 +118,38 @@ func lockFile(path string, try bool) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	how := syscall.LOCK_EX
 	if try {
 		how |= syscall.LOCK_NB
 	}
 	for {
-		err = syscall.Flock(int(f.Fd()), how)
-		if err != syscall.EINTR {
-			break
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if err != nil {
-		f.Close()
-		if try && errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, nil
+		for {
+			err = syscall.Flock(int(f.Fd()), how)
+			if err != syscall.EINTR {
+				break
+			}
 		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+		if err != nil {
+			f.Close()
+			if try && errors.Is(err, syscall.EWOULDBLOCK) {
+				return nil, nil
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		// The holder we waited for may have removed the file (a slot's
+		// lock goes with its slot): a lock on a file no longer at path
+		// locks nothing. Lock the one that is there now.
+		held, err1 := f.Stat()
+		now, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, now) {
+			return f, nil
+		}
+		unlock(f)
 	}
-	return f, nil
 }
 
 func unlock(f *os.File) {
@@ -455,6 +466,9 @@ func (l *Lease) stashCount(ctx context.Context, tip string) int {
 // prepare moves a pooled worktree to base and verifies it is exactly base.
 func (l *Lease) prepare(ctx context.Context, base string) error {
 	before := l.Meta
+	if err := l.checkHazards(); err != nil {
+		return err
+	}
 	if err := l.baseline(ctx); err != nil {
 		return err
 	}
@@ -479,6 +493,66 @@ func (l *Lease) prepare(ctx context.Context, base string) error {
 		return nil // what takeFree wrote still holds
 	}
 	return l.pool.writeMeta(l.Meta)
+}
+
+// checkHazards refuses a worktree that holds anything host git must never
+// see, before any git runs on it: a nested .git at any depth, a special
+// file (see patch.ScanWorktree), or a gitlink (submodule) folder that is
+// not empty. A reset keeps a submodule folder's contents (git does not
+// enter it), so a trap planted there (a repository whose filter runs a
+// program) would fire in the next task's checkout or status: such a
+// worktree is discarded, never reused.
+func (l *Lease) checkHazards() error {
+	wt := l.Meta.Worktree
+	hs, err := patch.ScanWorktree(wt, patch.ScanOptions{})
+	if err != nil {
+		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+	}
+	for _, h := range hs {
+		if h.Code != patch.HazardUnsafeName {
+			return fmt.Errorf("worktree %s: %s", l.Meta.Slot, h)
+		}
+	}
+	links, err := patch.IndexGitlinks(filepath.Join(l.Meta.GitDir, "index"))
+	if err != nil {
+		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+	}
+	for _, link := range links {
+		p := filepath.Join(wt, filepath.FromSlash(link))
+		fi, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+		case !fi.IsDir():
+			return fmt.Errorf("worktree %s: submodule folder %s replaced by a %s", l.Meta.Slot, patch.EscapePath(link), fi.Mode().Type())
+		}
+		names, err := readNames(p, 1)
+		if err != nil {
+			return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
+		}
+		if len(names) > 0 {
+			return fmt.Errorf("worktree %s: submodule folder %s is not empty", l.Meta.Slot, patch.EscapePath(link))
+		}
+	}
+	return nil
+}
+
+// readNames lists up to n names in dir, opened without following a link
+// or blocking.
+func readNames(dir string, n int) ([]string, error) {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	names, err := f.Readdirnames(n)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return names, err
 }
 
 // inProgress are per-worktree state files of interrupted git operations.
@@ -568,7 +642,7 @@ func (l *Lease) verify(ctx context.Context, base string) error {
 	if !patch.IndexIsPlain(filepath.Join(l.Meta.GitDir, "index")) {
 		return fmt.Errorf("worktree %s: its index hides entries from git (assume-unchanged, skip-worktree or a conflict)", l.Meta.Slot)
 	}
-	out, err := l.Git.Run(ctx, "status", "--porcelain=v2", "-z", "--branch", "--ignored=matching", "--untracked-files=all")
+	out, err := l.Git.Run(ctx, "status", "--porcelain=v2", "-z", "--branch", "--ignored=matching", "--untracked-files=all", "--ignore-submodules=all")
 	if err != nil {
 		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
 	}
@@ -621,6 +695,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	if p.MaxCount <= 0 {
 		return l.discard(ctx)
 	}
+	// A worktree holding what git must not see is not reset (git would
+	// run on it) but discarded.
+	if err := l.checkHazards(); err != nil {
+		return l.discard(ctx)
+	}
 	// The reset is verified when the worktree is taken again (prepare):
 	// anything that changes a free worktree meanwhile is caught there too.
 	if err := l.reset(ctx, l.Meta.Base); err != nil {
@@ -666,6 +745,14 @@ func (l *Lease) discard(ctx context.Context) error {
 
 func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	var errs []error
+	// Nothing in it may reach git, not even `worktree remove`.
+	if _, err := os.Lstat(m.Worktree); err == nil {
+		if _, err := patch.ScanWorktree(m.Worktree, patch.ScanOptions{Remove: true}); err != nil {
+			if err := os.RemoveAll(m.Worktree); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	err := p.withGitLock(func() error {
 		if _, err := p.Repo.Run(ctx, "worktree", "remove", "--force", "--force", m.Worktree); err != nil {
 			if err := os.RemoveAll(m.Worktree); err != nil {
@@ -680,7 +767,9 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot))} {
+	// The slot's lock file goes too (the caller holds it: a waiter finds
+	// the file gone after it locks, see lockFile, and locks afresh).
+	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot)), p.lockPath(m.Slot)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 		}

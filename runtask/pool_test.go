@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -64,8 +66,6 @@ func TestPoolResetIsComplete(t *testing.T) {
 	git(t, wt, "stash", "push", "-q", "--", "lib/util.go")
 	git(t, wt, "checkout", "-q", "-b", "worker-branch")
 	git(t, wt, "commit", "-q", "-m", "worker commit")
-	write(t, filepath.Join(wt, "nested", "repo", "f"), "x\n")
-	git(t, filepath.Join(wt, "nested", "repo"), "init", "-q")
 	// Index entries git would not look at again: their files changed.
 	git(t, wt, "update-index", "--assume-unchanged", "README.md")
 	write(t, filepath.Join(wt, "README.md"), "hidden by assume-unchanged\n")
@@ -182,9 +182,12 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	if err != nil || len(st) != 2 {
 		t.Fatalf("pool keeps %d (want 2): %v", len(st), err)
 	}
-	// The least recently used (leases[0]) was evicted.
+	// The least recently used (leases[0]) was evicted, its lock file too.
 	if _, err := os.Stat(leases[0].Dir()); err == nil {
 		t.Fatal("the least recently used worktree was kept")
+	}
+	if _, err := os.Stat(leases[0].Dir() + ".lock"); err == nil {
+		t.Fatal("the evicted slot's lock file was left behind")
 	}
 	// The nearest pooled worktree is taken: the one at c2.
 	l, err := p.Acquire(ctx, c2, "o")
@@ -210,6 +213,43 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	}
 	if out := git(t, repo, "worktree", "list", "--porcelain"); strings.Count(out, "worktree ") != 1 {
 		t.Fatalf("worktrees left:\n%s", out)
+	}
+	if locks, _ := filepath.Glob(filepath.Join(p.Dir, "wt-*.lock")); len(locks) > 0 {
+		t.Fatalf("pruned slots left their lock files: %v", locks)
+	}
+}
+
+// A waiter for a slot's lock whose holder removes the slot (and its lock
+// file) must not think it holds a lock on the path: it locks the new file.
+func TestLockFileSurvivesRemoval(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wt-1.lock")
+	first, err := lockFile(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *os.File)
+	go func() {
+		f, err := lockFile(path, false)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- f
+	}()
+	// The holder removes the file, then lets go.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	unlock(first)
+	second := <-got
+	defer unlock(second)
+	held, _ := second.Stat()
+	now, err := os.Stat(path)
+	if err != nil || !os.SameFile(held, now) {
+		t.Fatalf("the waiter holds a lock on a removed file (%v)", err)
+	}
+	// And it excludes a third taker.
+	if third, err := lockFile(path, true); err != nil || third != nil {
+		t.Fatalf("a second holder of the same lock: %v %v", third, err)
 	}
 }
 
@@ -286,5 +326,132 @@ func TestPoolRestoresDotGit(t *testing.T) {
 			}
 			l2.Release(ctx)
 		}
+	}
+}
+
+// submodulePool is a pool of a repository with an uninitialised submodule
+// at vendor/lib (a gitlink; a checkout has an empty folder there).
+func submodulePool(t *testing.T) (*Pool, string) {
+	t.Helper()
+	p, repo, _ := newTestPool(t, 2)
+	write(t, filepath.Join(repo, ".gitmodules"), "[submodule \"lib\"]\n\tpath = vendor/lib\n\turl = https://example.invalid/lib.git\n")
+	git(t, repo, "update-index", "--add", "--cacheinfo", "160000,1111111111111111111111111111111111111111,vendor/lib")
+	git(t, repo, "add", ".gitmodules")
+	git(t, repo, "commit", "-q", "-m", "submodule")
+	return p, git(t, repo, "rev-parse", "HEAD")
+}
+
+// plantFilterTrap makes dir a repository whose clean filter runs a program
+// that leaves marker, with a staged file whose stat data no longer matches:
+// any host git that entered it (status, checkout, add) would run the
+// filter, as the conductor. This is what a landing gate (or a worker) can
+// leave in a submodule's folder, which a reset keeps.
+func plantFilterTrap(t *testing.T, dir, marker string) {
+	t.Helper()
+	write(t, filepath.Join(dir, "f.txt"), "secret\n")
+	git(t, dir, "init", "-q")
+	git(t, dir, "add", "f.txt")
+	git(t, dir, "config", "filter.evil.clean", "touch "+marker+"; cat")
+	git(t, dir, "config", "core.fsmonitor", "touch "+marker)
+	write(t, filepath.Join(dir, ".gitattributes"), "* filter=evil\n")
+	old := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC)
+	if err := os.Chtimes(filepath.Join(dir, "f.txt"), old, old); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPoolDiscardsPlantedTraps (issue 14, item 2): a worktree whose
+// submodule folder holds a repository with a hostile filter, a nested
+// repository elsewhere, a named pipe, or just files in a submodule folder
+// is discarded, never reset and reused: no host git runs in it, the trap
+// never fires, and the next task gets a fresh worktree. Planted while the
+// lease is held (as by a worker or a gate) or into a free worktree.
+func TestPoolDiscardsPlantedTraps(t *testing.T) {
+	ctx := context.Background()
+	traps := map[string]func(t *testing.T, wt, marker string){
+		"submodule filter": func(t *testing.T, wt, marker string) {
+			plantFilterTrap(t, filepath.Join(wt, "vendor", "lib"), marker)
+		},
+		"nested repository": func(t *testing.T, wt, marker string) {
+			plantFilterTrap(t, filepath.Join(wt, "lib", "nested"), marker)
+		},
+		"named pipe as a nested HEAD": func(t *testing.T, wt, marker string) {
+			if err := os.MkdirAll(filepath.Join(wt, "pkg", "nest", ".git", "objects"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(filepath.Join(wt, "pkg", "nest", ".git", "HEAD"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"files in a submodule folder": func(t *testing.T, wt, marker string) {
+			write(t, filepath.Join(wt, "vendor", "lib", "later.sh"), "touch "+marker+"\n")
+		},
+	}
+	for name, plant := range traps {
+		for _, when := range []string{"held", "free"} {
+			t.Run(name+", "+when, func(t *testing.T) {
+				p, base := submodulePool(t)
+				marker := filepath.Join(t.TempDir(), "ran")
+				l, err := p.Acquire(ctx, base, "gate")
+				if err != nil {
+					t.Fatal(err)
+				}
+				slot, wt := l.Meta.Slot, l.Dir()
+				if when == "held" {
+					plant(t, wt, marker)
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if when == "free" {
+					if _, err := os.Stat(wt); err != nil {
+						t.Fatalf("a clean worktree was not kept: %v", err)
+					}
+					plant(t, wt, marker)
+				}
+				l2, err := p.Acquire(ctx, base, "next")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer l2.Release(ctx)
+				if _, err := os.Stat(marker); err == nil {
+					t.Fatal("the planted trap ran on the host")
+				}
+				if l2.Meta.Slot == slot || !l2.Fresh {
+					t.Fatalf("the worktree with the trap was reused (slot %s)", slot)
+				}
+				if _, err := os.Lstat(wt); !os.IsNotExist(err) {
+					t.Fatalf("the worktree with the trap is still there: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// TestChangedFilesNeverEntersSubmodules: even with a populated submodule
+// whose repository has a hostile filter and a .gitmodules asking for
+// "ignore = none" (which overrides the guards' diff.ignoreSubmodules=all
+// for git status), changedFiles' git status does not enter it: the second
+// layer under the worktree scan.
+func TestChangedFilesNeverEntersSubmodules(t *testing.T) {
+	ctx := context.Background()
+	p, base := submodulePool(t)
+	l, err := p.Acquire(ctx, base, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.discard(ctx)
+	marker := filepath.Join(t.TempDir(), "ran")
+	write(t, filepath.Join(l.Dir(), ".gitmodules"), "[submodule \"lib\"]\n\tpath = vendor/lib\n\turl = x\n\tignore = none\n")
+	plantFilterTrap(t, filepath.Join(l.Dir(), "vendor", "lib"), marker)
+	files, err := changedFiles(ctx, l.Git)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("git status entered the submodule and ran its filter")
+	}
+	if len(files) != 1 || files[0] != ".gitmodules" {
+		t.Fatalf("changed files %q", files)
 	}
 }

@@ -111,7 +111,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 		}
 		opts.Task = t
 	}
-	if runrec.Final(prev.Status) {
+	if runrec.Final(prev.Status) && !prev.Resumable {
 		return prev, nil
 	}
 	opts.RunID = runID
@@ -119,6 +119,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 	if err != nil {
 		return runrec.Result{}, err
 	}
+	r.reopen = prev.Resumable
 	return r.run(ctx, runID)
 }
 
@@ -153,12 +154,17 @@ type runner struct {
 	errFile  *os.File
 	ev       *emitter
 	touched  touchedSet
+	hazards  []runrec.Hazard // what the worktree scans found, for the result
 	scratch  string
 	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
 	result   runrec.Result
 	started  time.Time
 	stopText string
 	pi       PiInstall // the pi install, for runtime pi
+	// outside: the loop failed from an outside cause (model server, disk):
+	// the run is recorded resumable. reopen: Resume continues such a run.
+	outside, reopen bool
+	storeDown       bool // the bus store failed: warned once, until it answers again
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -224,6 +230,18 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 	if wtBase == "" {
 		wtBase = r.cfg.WorktreesDir()
 	}
+	// What doctor checks, before anything is made: the sandbox's uid must
+	// reach the worktrees and the scratch folder (a data root under a
+	// private home would fail only at the first command).
+	if rc, ok := r.opts.Sandbox.(interface{ Reachable(string) error }); ok {
+		for _, dir := range []string{wtBase, filepath.Join(r.cfg.DataRoot, "scratch")} {
+			abs, _ := filepath.Abs(dir)
+			if err := rc.Reachable(abs); err != nil {
+				return res, policy.Refusef("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
+					"the sandbox cannot reach %s: %v", dir, err)
+			}
+		}
+	}
 	r.pool = NewPool(wtBase, r.repo, r.getenv)
 	r.pool.Now = r.now
 
@@ -240,7 +258,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).
-	if r.opts.RunID != "" {
+	if r.opts.RunID != "" && !r.reopen {
 		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && runrec.Final(prev.Status) {
 			return prev, nil
 		}
@@ -273,7 +291,7 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	t := r.task
 	if resumeID != "" {
 		if st != nil && st.RunID == resumeID {
-			if runrec.Final(st.Status) {
+			if runrec.Final(st.Status) && !r.reopen {
 				return modeFinished, nil
 			}
 			return modeContinue, nil
@@ -340,32 +358,8 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 		st.Status = runrec.StatusRunning
 	}
-	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
-	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
-	}
-	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
-	}
-	r.errFile = errFile
-	defer errFile.Close()
-	r.stderr = errFile
-	if r.opts.Stderr != nil {
-		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
-	}
-	r.ev = &emitter{w: r.opts.Events, json: r.opts.JSON}
-	if r.stopText != "" {
-		r.warnf("the role %s does not allow %s: not offered to the model", r.opts.Role.Name(), r.stopText)
-		r.stopText = ""
-	}
-	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
-	if err != nil {
-		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
-	}
-	defer r.log.Close()
-
-	// Model.
+	// Model: resolved before the run folder exists, so that an unknown
+	// alias or a missing key leaves no phantom run behind.
 	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
 	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
 		alias = r.opts.Registry.Default()
@@ -399,6 +393,31 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
 	}
 	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
+
+	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
+	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+	}
+	r.errFile = errFile
+	defer errFile.Close()
+	r.stderr = errFile
+	if r.opts.Stderr != nil {
+		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
+	}
+	r.ev = &emitter{w: r.opts.Events, json: r.opts.JSON}
+	if r.stopText != "" {
+		r.warnf("the role %s does not allow %s: not offered to the model", r.opts.Role.Name(), r.stopText)
+		r.stopText = ""
+	}
+	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
+	}
+	defer r.log.Close()
 
 	if mode != modeContinue {
 		if err := r.writeTask(); err != nil {
@@ -438,8 +457,11 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if len(dropped) > 0 {
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
 	}
+	// The base tree's submodule folders are read-only to commands
+	// (defence in depth: the scan after each command is the boundary).
+	gitlinks, _ := patch.IndexGitlinks(filepath.Join(r.lease.Meta.GitDir, "index"))
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks, warn: r.stderr}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}
@@ -571,7 +593,9 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 		if err == nil {
 			r.lease = l
 			st.Worktree = l.Dir()
-			return nil
+			// A kept worktree may hold what an earlier run's commands
+			// left: scanned before any host git (the tools' included).
+			return r.clearHazards()
 		}
 		if errors.Is(err, ErrSessionBusy) {
 			return err
@@ -634,9 +658,7 @@ func (r *runner) record(ctx context.Context) error {
 			ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
 			TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
 			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
-		if err := r.opts.Store.PutRun(context.WithoutCancel(ctx), run); err != nil {
-			r.warnf("bus store: record run %s: %v", res.RunID, err)
-		}
+		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), run), "record run "+res.RunID)
 	}
 	return nil
 }
@@ -646,21 +668,30 @@ func (r *runner) fail(ctx context.Context, err error) (runrec.Result, error) {
 	return r.finish(ctx, runrec.StatusFailed, err.Error())
 }
 
+// FinishTimeout bounds what a run does after its loop ended (extraction,
+// the record, the worktree's release), even when the run was cancelled or
+// hit its own deadline: host git after the deadline has this fresh, short
+// deadline of its own, never none.
+const FinishTimeout = 2 * time.Minute
+
 // finish extracts the patch, writes the record, checkpoints and releases or
 // keeps the worktree. Work is never lost: the worktree is torn down only
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
 	ctx = context.WithoutCancel(ctx)
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
 	defer cancel()
 	st := r.state
 	res := r.baseResult()
 	res.Status = status
 	res.Error = msg
 	res.FinishedAt = r.now()
+	res.Resumable = status == runrec.StatusFailed && r.outside
 	safe := true
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
+		r.addHazards(toHazards(ex.Hazards))
+		res.Hazards = r.hazards
 		if err != nil {
 			safe = false
 			r.warnf("%v", err)
@@ -685,7 +716,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	if err := r.record(ctx); err != nil {
 		return res, err
 	}
-	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
 	if resumable && r.lease != nil {
 		r.checkpoint(ctx)
 	}
@@ -787,6 +818,8 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 			return s, m // a reply after the limit is not used
 		}
 		if err != nil {
+			var me *ModelError
+			r.outside = errors.As(err, &me) && me.Outside()
 			return runrec.StatusFailed, "model: " + err.Error()
 		}
 		st.Step++
@@ -797,6 +830,7 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
 		if err := r.save(); err != nil {
+			r.outside = true // the disk
 			return runrec.StatusFailed, "session state: " + err.Error()
 		}
 		var tok *int64
@@ -893,6 +927,13 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			r.touched.update(r.root, res.Touched...)
 		}
 		if name == ToolRunCommand {
+			// The command may have left anything: the worktree is scanned
+			// before host git looks at it again. One that cannot be made
+			// safe ends the run: no host git (the grep tool's included)
+			// may run on it.
+			if err := r.clearHazards(); err != nil {
+				return err
+			}
 			if files, err := changedFiles(ctx, r.lease.Git); err == nil {
 				r.touched.update(r.root, files...)
 			}

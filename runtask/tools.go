@@ -48,6 +48,10 @@ type toolbox struct {
 	env     []string // complete command environment (allowlisted)
 	scratch string   // HOME and TMPDIR live here; bound read-write by the sandbox
 	lim     limits
+	// readOnly are the base tree's submodule folders, read-only to
+	// commands (sandbox.Spec.ReadOnlyDirs).
+	readOnly []string
+	warn     io.Writer // the run's stderr (kept in stderr.txt): the sandbox's warnings
 }
 
 // toolResult is one executed call.
@@ -659,13 +663,15 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		return errResult("run_command: scratch folder: %v", err)
 	}
 	res, err := tb.sb.Run(ctx, sandbox.Spec{
-		Dir:         tb.dir,
-		Argv:        a.Argv,
-		Env:         tb.env,
-		Scratch:     tb.scratch,
-		Timeout:     tb.lim.CommandTimeout,
-		OutputLimit: fullOutputLimit,
-		MemoryLimit: tb.lim.MemoryLimit,
+		Dir:          tb.dir,
+		Argv:         a.Argv,
+		Env:          tb.env,
+		Scratch:      tb.scratch,
+		Timeout:      tb.lim.CommandTimeout,
+		OutputLimit:  fullOutputLimit,
+		MemoryLimit:  tb.lim.MemoryLimit,
+		ReadOnlyDirs: tb.readOnly,
+		Warn:         tb.warn,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)

@@ -9,12 +9,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 )
 
@@ -71,7 +73,7 @@ func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out strin
 		return patch.Extracted{}, fmt.Errorf("extract: %w", err)
 	}
 	defer os.Remove(f.Name()) // no-op after the rename
-	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f})
+	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f, RemoveHazards: true})
 	if err == nil {
 		err = f.Sync()
 	}
@@ -91,6 +93,37 @@ func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out strin
 	return ex, nil
 }
 
+// toHazards converts what patch.ScanWorktree found into run-record hazards.
+func toHazards(hs []patch.Hazard) []runrec.Hazard {
+	out := make([]runrec.Hazard, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, runrec.Hazard{Code: h.Code, Path: h.Path, Detail: h.Detail})
+	}
+	return out
+}
+
+// addHazards records hazards once each (by code and path), in the order
+// first found, and warns about each new one.
+func (r *runner) addHazards(hs []runrec.Hazard) {
+	for _, h := range hs {
+		if !slices.ContainsFunc(r.hazards, func(o runrec.Hazard) bool { return o.Code == h.Code && o.Path == h.Path }) {
+			r.hazards = append(r.hazards, h)
+			r.warnf("worktree hazard: %s %s: %s", h.Code, h.Path, h.Detail)
+		}
+	}
+}
+
+// clearHazards scans the worktree after a sandboxed command, before any
+// host git runs on it again: nested .git entries and special files are
+// removed (git would read a worker's repository configuration, or block on
+// a pipe) and every hazard is recorded for the run's result. An error
+// means the worktree could not be made safe: the caller must not run git.
+func (r *runner) clearHazards() error {
+	hs, err := patch.ScanWorktree(r.lease.Dir(), patch.ScanOptions{Remove: true})
+	r.addHazards(toHazards(hs))
+	return err
+}
+
 // applyPatch re-creates a session's earlier output in a fresh worktree.
 func applyPatch(ctx context.Context, wt patch.Git, file string) error {
 	fi, err := os.Stat(file)
@@ -104,9 +137,10 @@ func applyPatch(ctx context.Context, wt patch.Git, file string) error {
 }
 
 // changedFiles lists worktree paths that differ from HEAD or are untracked
-// (not ignored).
+// (not ignored). The worktree must have been scanned first (see
+// clearHazards): git never enters a submodule or a nested repository.
 func changedFiles(ctx context.Context, wt patch.Git) ([]string, error) {
-	out, err := wt.Run(ctx, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+	out, err := wt.Run(ctx, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", "--ignore-submodules=all")
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/forge"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
@@ -22,6 +25,9 @@ type doctorOptions struct {
 	// Runtimes are the worker runtimes and whether each works here
 	// (reported; a missing pi does not fail doctor).
 	Runtimes []runtimeReport
+	// Forge is the forge check, when a forge is configured (GITEA_URL,
+	// --gitea-url or the config file): a failing check fails doctor.
+	Forge *forge.Report
 }
 
 func newDoctorCmd(d *deps) *cli.Command {
@@ -48,12 +54,20 @@ default 1 GiB), CONDUCTOR_SANDBOX_CGROUP (a delegated cgroup v2 folder), CONDUCT
 (extra read-only folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap); for docker: DOCKER_HOST,
 CONDUCTOR_DOCKER_IMAGE (an operator's image), CONDUCTOR_DOCKER_MEMORY (default 2G),
 CONDUCTOR_DOCKER_CPUS (default 2), CONDUCTOR_DOCKER_PIDS (default the process limit),
-CONDUCTOR_DOCKER (path of the docker CLI). See docs/security.md.`,
-		Flags: []cli.Flag{
+CONDUCTOR_DOCKER (path of the docker CLI). See docs/security.md.
+
+When a forge is configured (GITEA_URL, --gitea-url or the config file's forge.url),
+doctor also asks it, changing nothing, what pr open and push need: the URL is a
+Gitea, the token (from $GITEA_TOKEN or --token-env) is accepted, the repository
+(--owner/--repo, or the remote of the repository in -C) exists and is neither
+archived nor empty, and the token may push to it (its scopes and the user's
+permission). A failing forge check makes the exit status 1. See docs/forge.md.`,
+		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
 			&cli.StringFlag{Name: "sandbox", Value: sandbox.BackendAuto, EnvVars: []string{sandbox.EnvBackend},
 				Usage: "the backend runs will use (auto, bwrap, none, docker): exit 0 only if it works"},
-		},
+			&cli.StringFlag{Name: "C", Usage: "local repository whose remote names the forge repository", Value: "."},
+		}, forgeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("doctor takes no arguments (got %q)", c.Args().First())
@@ -82,6 +96,14 @@ CONDUCTOR_DOCKER (path of the docker CLI). See docs/security.md.`,
 				sandbox.Folder{Name: "worktree base", Path: base},
 				sandbox.Folder{Name: "scratch folder", Path: filepath.Join(cfg.DataRoot, "scratch")})
 			opts.Runtimes = runtimeReports(cfg)
+			fs, err := d.forgeSettings(c)
+			if err != nil {
+				opts.Forge = &forge.Report{Configured: true, Checks: []forge.Check{{Name: "settings", Detail: err.Error()}}}
+			} else if fs.URL != "" {
+				local, _ := patch.OpenRepo(c.String("C"))
+				fr := forge.CheckForge(c.Context, fs, local, d.Getenv, d.Log)
+				opts.Forge = &fr
+			}
 			return printDoctor(d.Stdout, rep, opts)
 		},
 	}
@@ -93,6 +115,7 @@ type doctorJSON struct {
 	Selected string          `json:"selected"` // the backend asked about (--sandbox)
 	Works    bool            `json:"works"`    // whether it works: the exit status
 	Runtimes []runtimeReport `json:"runtimes"`
+	Forge    *forge.Report   `json:"forge,omitempty"`
 }
 
 // runtimeReport says whether one worker runtime can run here.
@@ -120,7 +143,7 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 	if opts.JSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes}); err != nil {
+		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge}); err != nil {
 			return err
 		}
 	} else {
@@ -154,6 +177,19 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, state, r.Detail)
 			}
 		}
+		if f := opts.Forge; f != nil {
+			fmt.Fprintf(tw, "forge\t%s\t%s\n", map[bool]string{true: "works", false: "FAILS"}[f.Works], redactedURL(f.URL))
+			for _, c := range f.Checks {
+				mark := "ok"
+				switch {
+				case !c.OK:
+					mark = "FAIL"
+				case c.Skipped:
+					mark = "skip"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\n", mark, c.Name, c.Detail)
+			}
+		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
@@ -163,8 +199,16 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 		}
 		fmt.Fprintf(w, "selected backend %s: %s\n", opts.Backend, verdict)
 	}
-	if !sel.Works {
+	if !sel.Works || (opts.Forge != nil && !opts.Forge.Works) {
 		return &silentError{code: exitError}
 	}
 	return nil
+}
+
+// redactedURL drops a password from a URL shown in the report.
+func redactedURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		return u.Redacted()
+	}
+	return raw
 }

@@ -17,7 +17,8 @@ func newEnqueueCmd(d *deps) *cli.Command {
 		Name:      "enqueue",
 		Usage:     "push a task onto the job queue (Redis with REDIS_URL, else the embedded store)",
 		ArgsUsage: "TASK.json",
-		Description: "The task file is validated first. By default the job is an envelope\n" +
+		Description: "The task file is validated first, and an unknown model alias or role is\n" +
+			"refused (exit 2). By default the job is an envelope\n" +
 			"{\"runId\", \"task\"} with a fresh run id; --raw pushes the task body as it is,\n" +
 			"for consumers that BLPOP task files.",
 		Flags: append(queueFlags(),
@@ -34,8 +35,12 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
 			}
-			if _, err := runtask.ParseTask(path, body); err != nil {
+			task, err := runtask.ParseTask(path, body)
+			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
+			}
+			if err := enqueueCheck(c, d, task); err != nil {
+				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
 			}
 			runID := c.String("run-id")
 			payload := body
@@ -66,6 +71,34 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// enqueueCheck refuses what can be known never to run before it is queued:
+// a model alias the registry does not know, a role no contract defines.
+func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
+	cfg := d.config(c)
+	if task.Model != "" {
+		reg, err := runtask.LoadRegistry(cfg.ConfigFile, d.Getenv)
+		if err != nil {
+			return err
+		}
+		if _, err := reg.Lookup(task.Model); err != nil {
+			return err
+		}
+	}
+	if task.Role != "" {
+		if _, err := loadRunRole(c, runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
+			// A repository may define its own roles (roles/): unless it is
+			// here to look at, an unknown role cannot be told from one the
+			// worker's host will find.
+			if _, rerr := runtask.ResolveRepo("", task.Workspace, cfg, d.Getenv); rerr != nil {
+				fmt.Fprintf(d.Stderr, "conductor: enqueue: role %q is not a default role and workspace %q is not here to check its roles/; queued anyway\n", task.Role, task.Workspace)
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 func compactJSON(b []byte) []byte {

@@ -46,6 +46,28 @@ var examples = map[string][]string{
 		"conductor runs list",
 		"conductor runs list --task t-worker-fix --status failed --json",
 	},
+	"runs reconcile": {
+		"conductor runs reconcile          # store rows left running by a crash, repaired from the run folders",
+	},
+	"queue": {
+		"conductor queue dead list",
+		"conductor queue dead retry JOB",
+	},
+	"queue dead": {
+		"conductor queue dead list --json",
+		"conductor queue dead retry JOB",
+		"conductor queue dead drop JOB",
+	},
+	"queue dead list": {
+		"conductor queue dead list",
+		"REDIS_URL=redis://queue:6379/0 conductor queue dead list --json",
+	},
+	"queue dead retry": {
+		"conductor queue dead retry JOB    # back on the queue, attempts reset",
+	},
+	"queue dead drop": {
+		"conductor queue dead drop JOB",
+	},
 	"runs show": {
 		"conductor runs show RUN",
 		"conductor runs show RUN --transcript",
@@ -136,6 +158,15 @@ var examples = map[string][]string{
 	"version": {
 		"conductor version",
 		"conductor version --json",
+	},
+	"mcp": {
+		"conductor mcp                                  # MCP over stdio, for an agent that starts it",
+		"CONDUCTOR_MCP_TOKEN=$(cat ~/.config/conductor/mcp.token) conductor mcp --listen 127.0.0.1:8765",
+	},
+	"serve": {
+		"conductor serve                                     # mission control on http://127.0.0.1:8377",
+		"CONDUCTOR_SERVE_TOKEN=$(cat ~/.config/conductor/serve.token) conductor serve --operator alice",
+		"conductor serve --listen 0.0.0.0:8377 --token-file /etc/conductor/operators   # elsewhere: tokens required",
 	},
 	"completion": {
 		"source <(conductor completion bash)",

@@ -14,7 +14,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newLandCmd(d *deps) *cli.Command {
@@ -31,8 +30,8 @@ func newLandCmd(d *deps) *cli.Command {
 			"exactly the tree being committed. Then it commits once (trailers Decision-Id, Reviewed-Commit,\n" +
 			"Patch-Id, Run-Id, Model; a JSON receipt note on refs/notes/conductor) and moves the target by\n" +
 			"compare-and-swap, retrying once from a moved tip. No checkout is made unless a gate command needs\n" +
-			"files: then a free worktree of the worker pool (WORKER_WORKTREE_BASE) is borrowed and reset, or a\n" +
-			"scratch worktree under the data root is made and removed. A worktree that has the\n" +
+			"files: then a scratch worktree of the landing's own under the data root is made and removed (never\n" +
+			"a worktree of the worker pool: what a gate leaves must not reach a later task). A worktree that has the\n" +
 			"target checked out is moved along (refused when it has local changes). Landing a landed decision\n" +
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
@@ -75,17 +74,23 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	var checkout func(context.Context, string) (*land.Checkout, error)
-	if repo != "" {
-		if rg, err := patch.OpenRepo(repo); err == nil {
-			checkout = pooledCheckout(runtask.NewPool(firstOf(d.Getenv("WORKER_WORKTREE_BASE"), cfg.WorktreesDir()), rg, d.Getenv), id)
-		}
-	}
 	sb, err := gateSandbox(c)
 	if err != nil {
 		return err
 	}
 	defer closeSandbox(d, sb)
+	// The issue to close is looked up before anything lands: a missing one
+	// is refused (issue-not-found) with nothing changed, not found after
+	// the commit exists.
+	var f *forge.Gitea
+	if issue > 0 && !c.Bool("dry-run") {
+		if f, err = d.openForge(c, patch.Git{GitDir: repo}); err != nil {
+			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
+		}
+		if err := f.RequireIssue(ctx, issue); err != nil {
+			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
+		}
+	}
 	out, err := land.Run(ctx, land.Options{
 		Sandbox:    sb,
 		Store:      store,
@@ -93,57 +98,33 @@ func landAction(c *cli.Context, d *deps) error {
 		DecisionID: id,
 		DryRun:     c.Bool("dry-run"),
 		DataRoot:   cfg.DataRoot,
-		Committer: land.Identity{
-			Name:  firstOf(d.Getenv("GIT_COMMITTER_NAME"), "conductor"),
-			Email: firstOf(d.Getenv("GIT_COMMITTER_EMAIL"), "conductor@localhost"),
-		},
-		Now:      d.Now,
-		Getenv:   d.Getenv,
-		Worktree: c.Bool("worktree"),
-		Checkout: checkout,
-		Out:      d.Stdout,
-		JSON:     c.Bool("json"),
-		Log:      d.Log,
-		Fault:    faultInjector(d.Getenv, "land"),
+		Committer:  landCommitter(ctx, d, repo),
+		Now:        d.Now,
+		Getenv:     d.Getenv,
+		Worktree:   c.Bool("worktree"),
+		Out:        d.Stdout,
+		JSON:       c.Bool("json"),
+		Log:        d.Log,
+		Fault:      faultInjector(d.Getenv, "land"),
 	})
 	if err != nil || issue <= 0 || out.Status != land.StatusLanded {
 		return err
 	}
 	// Closing the issue is a separate act after the local commit: a forge
 	// failure is reported, and the landing stands.
-	f, err := d.openForge(c, patch.Git{GitDir: repo})
+	if f == nil {
+		f, err = d.openForge(c, patch.Git{GitDir: repo})
+	}
 	if err == nil {
 		err = forge.CloseIssueAfterLanding(ctx, f, issue, out.Commit, out.Target)
 	}
 	if err != nil {
-		return fmt.Errorf("landed %s as %s, but closing issue #%d failed: %w", id, out.Commit, issue, err)
+		// %v, not %w: the landing stands, so this is an error (exit 1),
+		// never a refusal (which would say nothing changed).
+		return fmt.Errorf("landed %s as %s, but closing issue #%d failed: %v", id, out.Commit, issue, err)
 	}
 	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
 	return nil
-}
-
-// pooledCheckout lends the gate a free worktree of the worker pool (reset
-// to the target tip; the pool resets it again on release). It never grows
-// the pool: with no free worktree land makes a scratch one and removes it.
-func pooledCheckout(pool *runtask.Pool, owner string) func(context.Context, string) (*land.Checkout, error) {
-	return func(ctx context.Context, commit string) (*land.Checkout, error) {
-		slots, err := pool.Status(ctx)
-		if err != nil {
-			return nil, err
-		}
-		free := false
-		for _, s := range slots {
-			free = free || (s.State == runtask.SlotFree && !s.InUse && s.Exists)
-		}
-		if !free {
-			return nil, nil
-		}
-		lease, err := pool.Acquire(ctx, commit, "land "+owner)
-		if err != nil {
-			return nil, err
-		}
-		return &land.Checkout{Git: lease.Git, Release: lease.Release}, nil
-	}
 }
 
 // faultInjector returns a hook that SIGKILLs the process at the step named
@@ -162,4 +143,33 @@ func faultInjector(getenv func(string) string, area string) func(string) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
 	}
+}
+
+// landCommitter is who commits a landing: GIT_COMMITTER_NAME/EMAIL when
+// set, else the repository's git identity (its own config, then the
+// operator's global one), else conductor <conductor@localhost>. It says on
+// stderr which (unless the variables said so), so a landed commit's
+// committer is never a surprise.
+func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
+	name, email := d.Getenv("GIT_COMMITTER_NAME"), d.Getenv("GIT_COMMITTER_EMAIL")
+	if name != "" && email != "" {
+		return land.Identity{Name: name, Email: email} // the operator said so
+	}
+	source := ""
+	{
+		var gn, ge string
+		if repo != "" {
+			gn, ge = patch.UserIdentity(ctx, patch.Git{GitDir: repo}, d.Getenv("HOME"), d.Getenv("XDG_CONFIG_HOME"))
+		}
+		if name == "" && gn != "" || email == "" && ge != "" {
+			source = "the repository's git config (user.name, user.email)"
+		}
+		name, email = firstOf(name, gn), firstOf(email, ge)
+	}
+	if name == "" || email == "" {
+		name, email = firstOf(name, "conductor"), firstOf(email, "conductor@localhost")
+		source = "the default: set user.name and user.email in the repository, or GIT_COMMITTER_NAME/EMAIL"
+	}
+	fmt.Fprintf(d.Stderr, "committer: %s <%s> (%s)\n", name, email, source)
+	return land.Identity{Name: name, Email: email}
 }

@@ -4,4 +4,7 @@ package main
 
 import "os"
 
-func main() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) }
+func main() {
+	setupProcess()
+	os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+}

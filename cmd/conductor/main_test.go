@@ -10,7 +10,10 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"conductor": func() { os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr)) },
+		"conductor": func() {
+			setupProcess()
+			os.Exit(run(os.Args, os.Stdin, os.Stdout, os.Stderr))
+		},
 	})
 }
 

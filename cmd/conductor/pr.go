@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
@@ -26,7 +27,14 @@ func forgeFlags() []cli.Flag {
 		&cli.StringFlag{Name: "owner", Usage: "forge repository owner (default: from the remote URL)"},
 		&cli.StringFlag{Name: "repo", Usage: "forge repository name (default: from the remote URL)"},
 		&cli.StringFlag{Name: "wip-prefix", Usage: "draft title prefix the server recognises (default WIP:)"},
+		forgeTimeoutFlag(),
 	}
+}
+
+// forgeTimeoutFlag bounds every forge request and push.
+func forgeTimeoutFlag() cli.Flag {
+	return &cli.StringFlag{Name: "forge-timeout", EnvVars: []string{forge.TimeoutEnv},
+		Usage: "give up on a forge request or push that has no answer within this long (e.g. 30s, 2m; default 60s)"}
 }
 
 // forgeSettings merges the config file's "forge" section with the flags and
@@ -44,6 +52,7 @@ func (d *deps) forgeSettings(c *cli.Context) (forge.Settings, error) {
 		Owner:     c.String("owner"),
 		Repo:      c.String("repo"),
 		WIPPrefix: c.String("wip-prefix"),
+		Timeout:   c.String("forge-timeout"),
 	})
 	return s.WithDefaults(d.Getenv), nil
 }
@@ -149,6 +158,9 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 	}
 	if st, err := d.openStore(c); err == nil {
 		opts.Verdicts = st
+		if l, ok := st.(bus.Locker); ok {
+			opts.Lock = l.Lock
+		}
 	} else {
 		d.Log.Warn("bus store unavailable: the pull request body will not show the review verdict", "error", err)
 	}
@@ -174,9 +186,17 @@ func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error
 		pushed = "already on the forge:"
 	}
 	fmt.Fprintf(stderr, "%s %s (%s) to %s\n", pushed, res.Push.Branch, shortSHA(res.Push.Commit), res.Push.Remote)
-	state := "opened draft pull request"
-	if res.PR.Existing {
-		state = "pull request already open:"
+	// Say what the server reported: "draft" only when it marked it so.
+	var state string
+	switch {
+	case res.PR.Existing && res.PR.Draft:
+		state = "draft pull request already open:"
+	case res.PR.Existing:
+		state = "pull request already open (not a draft):"
+	case res.PR.Draft:
+		state = "opened draft pull request"
+	default:
+		state = "opened pull request (the server did not mark it draft)"
 	}
 	fmt.Fprintf(stderr, "%s #%d in %s: %s → %s %q\n", state, res.PR.Number, res.Repo, res.PR.Head, res.PR.Base, res.PR.Title)
 	fmt.Fprintln(stdout, res.PR.URL)

@@ -26,6 +26,7 @@ func newPushCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "force", Usage: "replace the remote branch even if it is not an ancestor"},
 			&cli.StringFlag{Name: "gitea-url", Usage: "Gitea base URL (scopes the credential)", EnvVars: []string{forge.DefaultURLEnv}},
 			&cli.StringFlag{Name: "token-env", Usage: "NAME of the environment variable holding the forge token (default " + forge.DefaultTokenEnv + ")"},
+			forgeTimeoutFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print the result as one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
@@ -47,8 +48,11 @@ func pushRun(c *cli.Context, d *deps, branch string) error {
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
 	}
-	s = s.Merge(forge.Settings{URL: c.String("gitea-url"), TokenEnv: c.String("token-env"), Remote: c.String("remote")}).WithDefaults(d.Getenv)
-	p := forge.Pusher{Git: local, Remote: s.Remote, ForgeURL: s.URL}
+	s = s.Merge(forge.Settings{URL: c.String("gitea-url"), TokenEnv: c.String("token-env"), Remote: c.String("remote"), Timeout: c.String("forge-timeout")}).WithDefaults(d.Getenv)
+	if err := s.ValidateTimeout(); err != nil {
+		return usageErr(fmt.Errorf("push: %w", err))
+	}
+	p := forge.Pusher{Git: local, Remote: s.Remote, ForgeURL: s.URL, Timeout: s.Deadline()}
 	// The token is optional here: file, ssh and foreign remotes need none.
 	if tok, err := s.Token(d.Getenv); err == nil {
 		p.Token = tok

@@ -18,7 +18,7 @@ func queueFlags() []cli.Flag {
 		&cli.StringFlag{Name: "queue", Value: queue.DefaultKey, Usage: "queue key (Redis list or embedded queue name)", EnvVars: []string{"CONDUCTOR_QUEUE"}},
 		&cli.StringFlag{Name: "redis-url", Usage: "Redis URL; without it the embedded store's queue is used", EnvVars: []string{"REDIS_URL"}},
 		&cli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job goes to the dead-letter list"},
-		&cli.DurationFlag{Name: "heartbeat-ttl", Value: 30 * time.Second, Usage: "a Redis consumer silent this long is dead and its jobs return to the queue"},
+		&cli.DurationFlag{Name: "heartbeat-ttl", Value: 30 * time.Second, Usage: "a consumer (Redis or embedded queue) silent this long is dead and its jobs return to the queue"},
 	}
 }
 
@@ -43,5 +43,6 @@ func (d *deps) openQueue(c *cli.Context, consumer string) (queue.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &queue.Embedded{Store: st, Key: c.String("queue"), Consumer: consumer, MaxAttempts: c.Int("max-attempts")}, nil
+	return &queue.Embedded{Store: st, Key: c.String("queue"), Consumer: consumer, MaxAttempt: c.Int("max-attempts"),
+		Lease: c.Duration("heartbeat-ttl")}, nil
 }

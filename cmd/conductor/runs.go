@@ -24,6 +24,7 @@ func newRunsCmd(d *deps) *cli.Command {
 		Subcommands: []*cli.Command{
 			newRunsListCmd(d),
 			newRunsShowCmd(d),
+			newRunsReconcileCmd(d),
 		},
 	}
 }
@@ -221,4 +222,47 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 		fmt.Fprintf(d.Stdout, "\nstderr (last lines):\n%s\n", v.StderrTail)
 	}
 	return nil
+}
+
+func newRunsReconcileCmd(d *deps) *cli.Command {
+	return &cli.Command{
+		Name:      "reconcile",
+		Usage:     "repair the store from the run folders: runs it shows running whose folder says they ended",
+		UsageText: "conductor runs reconcile [--json]",
+		Description: "The run folder is the source of truth. A run the store still shows running\n" +
+			"(the store was down when it ended, or an older conductor) is recorded as its\n" +
+			"result.json says, and its open backlog claim is completed. Idempotent; the\n" +
+			"worker does it at start.",
+		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return usagef("runs reconcile takes no arguments (got %q)", c.Args().Slice())
+			}
+			s, err := d.openStore(c)
+			if err != nil {
+				return err
+			}
+			reps, err := bus.Reconcile(c.Context, s, d.config(c).RunsDir())
+			if c.Bool("json") {
+				if reps == nil {
+					reps = []bus.Repair{}
+				}
+				if jerr := decisionWriteJSON(d.Stdout, map[string]any{"repaired": reps}); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			for _, r := range reps {
+				claim := ""
+				if r.Claim != "" {
+					claim = " (claim of " + r.Claim + " completed)"
+				}
+				fmt.Fprintf(d.Stdout, "%s\t%s%s\n", r.RunID, r.Status, claim)
+			}
+			if err == nil {
+				fmt.Fprintf(d.Stderr, "%d runs repaired\n", len(reps))
+			}
+			return err
+		},
+	}
 }

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -29,6 +31,11 @@ func newWorkerCmd(d *deps) *cli.Command {
 			"idempotency key: a redelivered job whose run finished is acknowledged without\n" +
 			"running; an interrupted one resumes from its checkpoint. Backlog claims are\n" +
 			"atomic and completed with outcome, model alias and token totals.\n" +
+			"Store, queue and disk failures are waited out with backoff, the job kept\n" +
+			"leased and never charged an attempt; a job that can never run (not JSON, an\n" +
+			"unknown role or model, a missing repository) is dead-lettered at once\n" +
+			"(conductor queue dead list). A worker killed holding jobs loses them to the\n" +
+			"others when its lease (--heartbeat-ttl) runs out, on Redis and embedded.\n" +
 			"SIGTERM: stop taking jobs, let running ones checkpoint at their next step and\n" +
 			"hand them back to the queue, exit within --grace. See docs/queue.md.",
 		Flags: append(append(queueFlags(), runTaskFlags()...),
@@ -71,25 +78,55 @@ func newWorkerCmd(d *deps) *cli.Command {
 			} else if len(names) > 0 {
 				fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))
 			}
-			st, err := d.openStore(c)
+			if base.ModelAlias != "" && base.Registry != nil {
+				if _, err := base.Registry.Lookup(base.ModelAlias); err != nil {
+					return usageErr(fmt.Errorf("worker: --model: %w", err))
+				}
+			}
+			// A server that does not answer yet is waited for; only a
+			// configuration error (or a signal) ends the worker. With
+			// --once (cron) it is an error: the next round tries again.
+			unreachable := func(err error) error { return err }
+			if c.Bool("once") {
+				unreachable = func(error) error { return errNeverMatches }
+			}
+			st, err := waitFor(c.Context, d.Log, "bus store", unreachable(bus.ErrUnreachable), func() (bus.Store, error) {
+				d.storeOnce = sync.Once{}
+				return d.openStore(c)
+			})
 			if err != nil {
+				if c.Context.Err() != nil {
+					return &silentError{code: exitInterrupted}
+				}
 				return fmt.Errorf("worker: %w", err)
 			}
+			// Repair what a completion lost to an outage (or an older
+			// conductor) left: the run folders are the source.
+			if reps, err := bus.Reconcile(c.Context, st, cfg.RunsDir()); err != nil {
+				d.Log.Warn("reconcile the store with the run folders", "err", err)
+			} else if len(reps) > 0 {
+				d.Log.Info("store repaired from the run folders", "runs", len(reps))
+			}
 			consumer := consumerName()
-			q, err := d.openQueue(c, consumer)
+			q, err := waitFor(c.Context, d.Log, "queue", unreachable(queue.ErrUnreachable), func() (queue.Queue, error) {
+				return d.openQueue(c, consumer)
+			})
 			if err != nil {
+				if c.Context.Err() != nil {
+					return &silentError{code: exitInterrupted}
+				}
 				return fmt.Errorf("worker: %w", err)
 			}
 			defer q.Close()
 			w := &jobRunner{d: d, c: c, base: base, store: st, q: q, consumer: consumer}
 			cons := &queue.Consumer{
-				Queue: q, Handle: w.handle, Concurrency: c.Int("concurrency"),
+				Queue: q, Handle: w.handle, OnDead: w.dead, Concurrency: c.Int("concurrency"),
 				Wait: time.Duration(c.Int("wait")) * time.Second, Once: c.Bool("once"),
 				Grace: c.Duration("grace"), Log: d.Log,
 			}
 			stats, err := cons.Run(c.Context)
-			fmt.Fprintf(d.Stderr, "worker %s: %d done, %d failed (requeued), %d dead-lettered, %d handed back\n",
-				consumer, stats.Done, stats.Failed, stats.Dead, stats.Released)
+			fmt.Fprintf(d.Stderr, "worker %s: %d done, %d failed (requeued), %d dead-lettered, %d handed back, %d lost to an expired lease\n",
+				consumer, stats.Done, stats.Failed, stats.Dead, stats.Released, stats.Lost)
 			if err != nil {
 				return err
 			}
@@ -113,26 +150,40 @@ type jobRunner struct {
 
 // handle maps the job onto a task, makes delivery idempotent by run id,
 // claims the backlog item, runs or resumes, and completes the claim.
+//
+// Its errors tell the consumer what to do with the job: input that can never
+// run (not JSON, an unknown role or model, a missing repository) is
+// queue.Permanent and dead-lettered at once; a store or queue failure is
+// queue.Infra and retried with the job kept leased, never counted as an
+// attempt; anything else counts a failed attempt.
 func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.Delivery) error {
 	job, err := queue.ParseJob(dl.Payload)
 	if err != nil {
-		return err
+		return queue.Permanent(err)
 	}
 	task, err := runtask.ParseTask("job "+dl.ID, job.Task)
 	if err != nil {
-		return err
+		return queue.Permanent(err)
 	}
 	if err := runtask.ValidRunID(job.RunID); err != nil {
-		return fmt.Errorf("job %s: %w", dl.ID, err)
+		return queue.Permanent(fmt.Errorf("job %s: %w", dl.ID, err))
 	}
 	log := w.d.Log.With("job", dl.ID, "run", job.RunID, "task", task.ID, "attempt", dl.Attempt)
 
-	prev, err := w.store.GetRun(ctx, job.RunID)
-	known := err == nil
-	if err != nil && !errors.Is(err, bus.ErrNotFound) {
-		return err
+	// The run folder is the source of truth: a run it says ended (the store
+	// may have been down when it did) is only recorded, never run again.
+	dir := runrec.Dir(w.base.Config.RunDir(job.RunID))
+	folder, ferr := dir.ReadResult()
+	if ferr == nil && runrec.Final(folder.Status) {
+		log.Info("run already ended; recording its completion", "status", folder.Status)
+		return w.complete(ctx, log, job, task, folder)
 	}
-	if known && runrec.Final(prev.Status) {
+	prev, err := w.store.GetRun(ctx, job.RunID)
+	known := err == nil || ferr == nil
+	if err != nil && !errors.Is(err, bus.ErrNotFound) {
+		return queue.Infra(err)
+	}
+	if err == nil && runrec.Final(prev.Status) {
 		log.Info("run already finished; acknowledging without running", "status", prev.Status)
 		return nil
 	}
@@ -140,7 +191,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		ttl := w.c.Duration("heartbeat-ttl")
 		got, refresh, release, err := r.Lock(ctx, "run:"+job.RunID, ttl)
 		if err != nil {
-			return err
+			return queue.Infra(err)
 		}
 		if !got {
 			// Another consumer runs it (a redelivery raced a slow
@@ -159,16 +210,25 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		if prev, err := w.store.GetRun(ctx, job.RunID); err == nil && runrec.Final(prev.Status) {
 			log.Info("run finished meanwhile; acknowledging", "status", prev.Status)
 			return nil
+		} else if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return queue.Infra(err)
 		}
+	}
+
+	opts := w.base
+	opts.Task, opts.RunID = task, job.RunID
+	// What can never work is found before anything is claimed or created.
+	if err := w.checkInput(opts, task); err != nil {
+		return queue.Permanent(err)
 	}
 	won, err := w.store.ClaimTask(ctx, task.ID, job.RunID)
 	if err != nil {
-		return err
+		return queue.Infra(err)
 	}
 	if !won {
 		cl, err := w.store.GetClaim(ctx, task.ID)
 		if err != nil {
-			return err
+			return queue.Infra(err)
 		}
 		if cl.Claimant != job.RunID {
 			log.Warn("backlog item already claimed by another run; acknowledging", "claimant", cl.Claimant)
@@ -185,8 +245,6 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		case <-runCtx.Done():
 		}
 	}()
-	opts := w.base
-	opts.Task, opts.RunID = task, job.RunID
 	if err := prepareRun(w.c, w.d, &opts, task); err != nil {
 		return err
 	}
@@ -203,18 +261,70 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 		if isStopped(stop) {
 			return queue.ErrInterrupted
 		}
+		if errors.Is(err, runtask.ErrSessionBusy) {
+			// Another process still runs it (it held the job until its
+			// lease ran out, e.g. through a store outage): not this job's
+			// failure. Hand it back uncounted; once that process ends, the
+			// run folder answers the next delivery.
+			log.Info("session busy in another process; handing the job back")
+			select {
+			case <-time.After(2 * time.Second):
+			case <-ctx.Done():
+			}
+			return queue.ErrInterrupted
+		}
 		return err
 	}
 	if res.Status == runrec.StatusCancelled && isStopped(stop) {
 		log.Info("run checkpointed for shutdown; handing the job back", "steps", res.Steps)
 		return queue.ErrInterrupted
 	}
-	if err := w.store.CompleteTask(context.WithoutCancel(ctx), bus.Completion{
+	return w.complete(ctx, log, job, task, res)
+}
+
+// checkInput refuses a job that can never run as it is: an unknown role or
+// model alias, a repository that does not exist.
+func (w *jobRunner) checkInput(opts runtask.Options, task runtask.Task) error {
+	if _, err := loadRunRole(w.c, opts, task); err != nil {
+		return err
+	}
+	// The job's own alias; the worker's --model was checked at start.
+	if opts.ModelAlias == "" && task.Model != "" && opts.Model == nil && opts.Connect == nil && opts.Registry != nil {
+		if _, err := opts.Registry.Lookup(task.Model); err != nil {
+			return fmt.Errorf("task %s: %w", task.ID, err)
+		}
+	}
+	if _, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config, opts.Getenv); err != nil {
+		return fmt.Errorf("task %s: %w", task.ID, err)
+	}
+	return nil
+}
+
+// complete records an ended run in the store from its receipt (the run
+// folder's result; runtask's own store write may have failed) and closes its
+// backlog claim. Both writes are idempotent, so a completion interrupted by
+// a store outage is replayed until it is written.
+func (w *jobRunner) complete(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result) error {
+	ctx = context.WithoutCancel(ctx)
+	if err := w.store.PutRun(ctx, bus.RunFromResult(res)); err != nil {
+		return queue.Infra(err)
+	}
+	err := w.store.CompleteTask(ctx, bus.Completion{
 		TaskID: task.ID, Claimant: job.RunID, RunID: res.RunID, Outcome: res.Status,
 		ModelAlias: res.ModelAlias, PromptTokens: res.PromptTokens,
 		CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens,
-	}); err != nil {
-		return err
+	})
+	switch {
+	case errors.Is(err, bus.ErrConflict):
+		// Completed already (a replay after the store came back, or a
+		// redelivery), or claimed by another run: nothing left to do.
+		log.Info("claim already closed; acknowledging", "detail", err)
+		return nil
+	case errors.Is(err, bus.ErrNotFound):
+		log.Warn("run ended without a claim; acknowledging", "status", res.Status)
+		return nil
+	case err != nil:
+		return queue.Infra(err)
 	}
 	line := map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps, "patchId": res.PatchID}
 	if res.Status == runrec.StatusSucceeded && (job.PR || task.PR) && res.PatchID != "" {
@@ -232,6 +342,28 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	fmt.Fprintln(w.d.Stdout, string(out))
 	log.Info("run finished", "status", res.Status, "steps", res.Steps)
 	return nil
+}
+
+// dead releases the claim of a job about to be dead-lettered: the claim is
+// completed as failed with the reason, so that enqueueing the task again
+// (or retrying the dead letter) runs it.
+func (w *jobRunner) dead(ctx context.Context, dl *queue.Delivery, cause error) error {
+	job, err := queue.ParseJob(dl.Payload)
+	if err != nil {
+		return nil // never parsed: it claimed nothing
+	}
+	task, err := runtask.ParseTask("job "+dl.ID, job.Task)
+	if err != nil {
+		return nil
+	}
+	err = w.store.CompleteTask(context.WithoutCancel(ctx), bus.Completion{
+		TaskID: task.ID, Claimant: job.RunID, RunID: job.RunID, Outcome: runrec.StatusFailed,
+		Reason: "dead-lettered: " + cause.Error(),
+	})
+	if err == nil || errors.Is(err, bus.ErrNotFound) || errors.Is(err, bus.ErrConflict) {
+		return nil
+	}
+	return queue.Infra(err)
 }
 
 // reviewAndOpenDraft is the unattended path for a task with "pr": true:
@@ -257,15 +389,51 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 	if err != nil {
 		return "", err
 	}
-	pr, err := forge.OpenDraftPR(ctx, forge.DraftOptions{
+	dopts := forge.DraftOptions{
 		RunDir: string(dir), Issue: issue, Settings: settings.WithDefaults(w.d.Getenv),
 		Getenv: w.d.Getenv, Verdicts: w.store, Log: w.d.Log,
-	})
+	}
+	if l, ok := w.store.(bus.Locker); ok {
+		dopts.Lock = l.Lock
+	}
+	pr, err := forge.OpenDraftPR(ctx, dopts)
 	if err != nil {
 		return "", fmt.Errorf("draft PR: %w", err)
 	}
 	return pr.PR.URL, nil
 }
+
+// waitFor calls open until it succeeds, retrying with backoff (one log
+// line per outage) while its error matches unreachable; any other error, or
+// the end of ctx, is returned.
+func waitFor[T any](ctx context.Context, log *slog.Logger, what string, unreachable error, open func() (T, error)) (T, error) {
+	bo := queue.Backoff{Min: 500 * time.Millisecond, Max: 30 * time.Second}
+	logged := false
+	for {
+		v, err := open()
+		if err == nil {
+			if logged {
+				log.Info(what + " reachable again")
+			}
+			return v, nil
+		}
+		if !errors.Is(err, unreachable) {
+			return v, err
+		}
+		if !logged {
+			log.Warn(what+" unreachable; retrying with backoff", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(bo.Next()):
+		}
+	}
+}
+
+// errNeverMatches is an unreachable sentinel no error matches.
+var errNeverMatches = errors.New("never matches")
 
 func isStopped(stop <-chan struct{}) bool {
 	select {

@@ -156,6 +156,9 @@ type Completion struct {
 	PromptTokens     *int64 `json:"promptTokens"`
 	CompletionTokens *int64 `json:"completionTokens"`
 	TotalTokens      *int64 `json:"totalTokens"`
+	// Reason says why a claim ended without a run's own verdict (a dead
+	// letter's error); empty otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Claim is a backlog item's claim state.
@@ -175,7 +178,25 @@ type Job struct {
 	Attempts int       `json:"attempts"`
 	TakenBy  string    `json:"takenBy,omitempty"`
 	Created  time.Time `json:"created"`
+	// LastError is the error of the last failed attempt; DeadAt is set
+	// when the job was dead-lettered.
+	LastError string    `json:"lastError,omitempty"`
+	DeadAt    time.Time `json:"deadAt,omitzero"`
 }
+
+// JobEnd is how a consumer ends its hold of a job.
+type JobEnd int
+
+const (
+	// JobDone removes the finished job.
+	JobDone JobEnd = iota
+	// JobRetry returns a failed job to the queue, counting the attempt.
+	JobRetry
+	// JobRelease returns an interrupted job to the queue, not counting it.
+	JobRelease
+	// JobDead keeps the job as a dead letter: listed, never taken again.
+	JobDead
+)
 
 // Store is the bus store. Every method is safe for concurrent use by many
 // goroutines and many processes.
@@ -207,14 +228,26 @@ type Store interface {
 	MarkNoteDelivered(ctx context.Context, id int64, step int) error
 
 	// ClaimTask claims a backlog item atomically: exactly one claimant wins.
+	// A claim that was completed with an outcome other than succeeded is
+	// released: it may be claimed again (the task is retried).
 	ClaimTask(ctx context.Context, taskID, claimant string) (bool, error)
 	CompleteTask(ctx context.Context, c Completion) error
 	GetClaim(ctx context.Context, taskID string) (Claim, error)
 
-	// The embedded queue: Enqueue appends, TakeJob takes the oldest job not
-	// taken (atomically), FinishJob removes it (errText "" = success) or,
-	// with requeue, returns it to the queue with attempts+1.
+	// The embedded queue. Enqueue appends. TakeJob takes the oldest job
+	// that is free or whose lease expired (not renewed for lease; 0: leases
+	// never expire), atomically; a job taken back from an expired lease
+	// counts the lost delivery as an attempt. RenewJobs renews the leases of
+	// every job consumer holds. FinishJob ends consumer's hold of a job as
+	// end says; ErrConflict when consumer does not hold it (its lease
+	// expired and another consumer took it).
 	Enqueue(ctx context.Context, queue string, payload []byte) (Job, error)
-	TakeJob(ctx context.Context, queue, consumer string) (Job, bool, error)
-	FinishJob(ctx context.Context, id int64, requeue bool, errText string) error
+	TakeJob(ctx context.Context, queue, consumer string, lease time.Duration) (Job, bool, error)
+	RenewJobs(ctx context.Context, queue, consumer string) (int, error)
+	FinishJob(ctx context.Context, id int64, consumer string, end JobEnd, errText string) error
+	// Dead letters of the embedded queue, oldest first; ReviveJob returns
+	// one to the queue with its attempts reset, DropJob deletes it.
+	DeadJobs(ctx context.Context, queue string) ([]Job, error)
+	ReviveJob(ctx context.Context, id int64) error
+	DropJob(ctx context.Context, id int64) error
 }

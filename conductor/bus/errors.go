@@ -52,3 +52,15 @@ func isDescribed(err error) bool {
 	var de *describedError
 	return errors.As(err, &de)
 }
+
+// ErrUnreachable is matched (errors.Is) by the error of opening a store
+// whose server does not answer: an outage to wait out, not a configuration
+// error.
+var ErrUnreachable = errors.New("store unreachable")
+
+// unreachableError prints its message (already redacted) and matches
+// ErrUnreachable.
+type unreachableError struct{ msg string }
+
+func (e *unreachableError) Error() string        { return e.msg }
+func (e *unreachableError) Is(target error) bool { return target == ErrUnreachable }

@@ -39,6 +39,17 @@ func Open(ctx context.Context, o Options) (Store, error) {
 		s = &sqlStore{b: b, d: sqliteDialect, now: now}
 	}
 	if err := s.migrate(ctx); err != nil {
+		// A server that went away between the first ping and the
+		// migration is an outage, not a bad store.
+		if pb, ok := s.b.(*postgresBackend); ok && ctx.Err() == nil {
+			pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+			perr := pb.pool.Ping(pctx)
+			cancel()
+			if perr != nil {
+				s.Close()
+				return nil, &unreachableError{msg: err.Error()}
+			}
+		}
 		s.Close()
 		return nil, err
 	}

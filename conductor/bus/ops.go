@@ -400,3 +400,73 @@ func tail(path string, n int) string {
 	}
 	return string(bytes.Join(lines, []byte("\n")))
 }
+
+// RunFromResult is the store row of a run receipt (result.json).
+func RunFromResult(res runrec.Result) Run {
+	return Run{ID: res.RunID, TaskID: res.TaskID, Session: res.Session, Role: res.Role, Status: res.Status,
+		ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
+		TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
+		Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
+}
+
+// Repair is one store record Reconcile rewrote from a run folder.
+type Repair struct {
+	RunID  string `json:"runId"`
+	Status string `json:"status"` // the folder's final status, now the store's
+	// Claim is set when the run's open backlog claim was completed too.
+	Claim string `json:"claim,omitempty"`
+}
+
+// Reconcile repairs the store from the run folders, the source of truth: a
+// run the store still shows running (or does not know) whose folder says it
+// ended is recorded as the folder says, and its open backlog claim is
+// completed. This is what a completion lost to a store outage (or written by
+// an older conductor) leaves behind. Idempotent.
+func Reconcile(ctx context.Context, s Store, runsDir string) ([]Repair, error) {
+	entries, err := os.ReadDir(runsDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reconcile: %w", err)
+	}
+	var out []Repair
+	for _, e := range entries {
+		if !e.IsDir() || CheckRunID(e.Name()) != nil {
+			continue
+		}
+		res, err := runrec.Dir(filepath.Join(runsDir, e.Name())).ReadResult()
+		if err != nil || !terminal(res.Status) || res.RunID != e.Name() {
+			continue
+		}
+		var rep *Repair
+		run, err := s.GetRun(ctx, res.RunID)
+		switch {
+		case errors.Is(err, ErrNotFound) || (err == nil && !terminal(run.Status)):
+			if err := s.PutRun(ctx, RunFromResult(res)); err != nil {
+				return out, fmt.Errorf("reconcile %s: %w", res.RunID, err)
+			}
+			rep = &Repair{RunID: res.RunID, Status: res.Status}
+		case err != nil:
+			return out, fmt.Errorf("reconcile %s: %w", res.RunID, err)
+		}
+		if res.TaskID != "" {
+			cl, err := s.GetClaim(ctx, res.TaskID)
+			if err == nil && cl.Claimant == res.RunID && cl.Completion == nil {
+				err = s.CompleteTask(ctx, Completion{TaskID: res.TaskID, Claimant: res.RunID, RunID: res.RunID,
+					Outcome: res.Status, ModelAlias: res.ModelAlias, PromptTokens: res.PromptTokens,
+					CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens})
+				if err != nil && !errors.Is(err, ErrConflict) {
+					return out, fmt.Errorf("reconcile %s: %w", res.RunID, err)
+				}
+				if rep == nil {
+					rep = &Repair{RunID: res.RunID, Status: res.Status}
+				}
+				rep.Claim = res.TaskID
+			} else if err != nil && !errors.Is(err, ErrNotFound) {
+				return out, fmt.Errorf("reconcile %s: %w", res.RunID, err)
+			}
+		}
+		if rep != nil {
+			out = append(out, *rep)
+		}
+	}
+	return out, nil
+}

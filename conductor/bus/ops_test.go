@@ -144,3 +144,63 @@ func TestSummarize(t *testing.T) {
 		})
 	}
 }
+
+// TestReconcileRepairsRunsLeftRunning: the store was down when a run ended,
+// so it still says running and the claim is open, while the folder says
+// succeeded. Listing already shows the folder's status (and --status
+// running agrees); Reconcile rewrites the store row and completes the
+// claim, once.
+func TestReconcileRepairsRunsLeftRunning(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	s, err := Open(ctx, Options{DataRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runsDir := filepath.Join(root, "runs")
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, id := range []string{"r-ended", "r-live"} {
+		if err := s.PutRun(ctx, Run{ID: id, TaskID: "t-" + id, Status: runrec.StatusRunning, StartedAt: start}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := s.ClaimTask(ctx, "t-"+id, id); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		dir := runrec.Dir(filepath.Join(runsDir, id))
+		os.MkdirAll(string(dir), 0o755)
+		status := runrec.StatusSucceeded
+		if id == "r-live" {
+			status = runrec.StatusRunning
+		}
+		if err := dir.WriteResult(runrec.Result{RunID: id, TaskID: "t-" + id, Status: status, StartedAt: start,
+			FinishedAt: start.Add(time.Minute), Steps: 4}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	running, err := ListRunSummaries(ctx, s, runsDir, RunFilter{Status: runrec.StatusRunning})
+	if err != nil || len(running) != 1 || running[0].ID != "r-live" {
+		t.Fatalf("--status running lists %+v (%v), want r-live only", running, err)
+	}
+	reps, err := Reconcile(ctx, s, runsDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reps) != 1 || reps[0].RunID != "r-ended" || reps[0].Status != runrec.StatusSucceeded || reps[0].Claim != "t-r-ended" {
+		t.Fatalf("repairs %+v", reps)
+	}
+	run, err := s.GetRun(ctx, "r-ended")
+	if err != nil || run.Status != runrec.StatusSucceeded || run.Steps != 4 {
+		t.Fatalf("store row %+v %v", run, err)
+	}
+	cl, err := s.GetClaim(ctx, "t-r-ended")
+	if err != nil || cl.Completion == nil || cl.Completion.Outcome != runrec.StatusSucceeded {
+		t.Fatalf("claim %+v %v", cl, err)
+	}
+	if cl, _ := s.GetClaim(ctx, "t-r-live"); cl.Completion != nil {
+		t.Fatalf("a live run's claim was completed: %+v", cl)
+	}
+	if reps, err := Reconcile(ctx, s, runsDir); err != nil || len(reps) != 0 {
+		t.Fatalf("second reconcile repaired %+v (%v), want nothing", reps, err)
+	}
+}

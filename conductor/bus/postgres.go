@@ -52,7 +52,7 @@ func openPostgres(ctx context.Context, rawURL string) (*postgresBackend, error) 
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("bus store: cannot connect to PostgreSQL at %s: %s", display, b.redact(err))
+		return nil, &unreachableError{msg: fmt.Sprintf("bus store: cannot connect to PostgreSQL at %s: %s", display, b.redact(err))}
 	}
 	b.pool = pool
 	return b, nil

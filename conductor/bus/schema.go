@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 1
+const SchemaVersion = 3
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -123,6 +123,32 @@ var migrations = []migration{
 			last_error  TEXT NOT NULL DEFAULT ''
 		)`,
 		`CREATE INDEX jobs_ready ON jobs (queue, taken_by, dead_at, id)`,
+	}},
+	{version: 2, name: "claim reason", stmts: []string{
+		`ALTER TABLE claims ADD COLUMN reason TEXT NOT NULL DEFAULT ''`,
+	}},
+	// Leases let an outside agent (conductor mcp) hold a backlog claim for a
+	// while; events are the append-only lifecycle record (agents.go).
+	{version: 3, name: "task leases and lifecycle events", stmts: []string{
+		`CREATE TABLE task_leases (
+			task_id    TEXT PRIMARY KEY,
+			run_id     TEXT NOT NULL,
+			holder     TEXT NOT NULL,
+			token_hash TEXT NOT NULL,
+			claimed_at BIGINT NOT NULL,
+			expires_at BIGINT NOT NULL
+		)`,
+		`CREATE INDEX task_leases_run ON task_leases (run_id)`,
+		`CREATE TABLE events (
+			id         {{serial}},
+			created_at BIGINT NOT NULL,
+			kind       TEXT NOT NULL,
+			run_id     TEXT NOT NULL DEFAULT '',
+			task_id    TEXT NOT NULL DEFAULT '',
+			actor      TEXT NOT NULL DEFAULT '',
+			metadata   TEXT NOT NULL DEFAULT '{}'
+		)`,
+		`CREATE INDEX events_run ON events (run_id, id)`,
 	}},
 }
 

@@ -736,8 +736,13 @@ func (s *sqlStore) ClaimTask(ctx context.Context, taskID, claimant string) (bool
 	var n int64
 	err := s.write(ctx, func(q querier) error {
 		var err error
+		// A claim completed with another outcome than succeeded was
+		// released (a failed run, a dead letter): the task may run again.
 		n, err = q.exec(ctx, `INSERT INTO claims (task_id, claimant, claimed_at) VALUES (?, ?, ?)
-			ON CONFLICT (task_id) DO NOTHING`, taskID, claimant, ts(s.timeNow()))
+			ON CONFLICT (task_id) DO UPDATE SET claimant = excluded.claimant, claimed_at = excluded.claimed_at,
+				completed_at = 0, run_id = '', outcome = '', model_alias = '', prompt_tokens = NULL,
+				completion_tokens = NULL, total_tokens = NULL, reason = ''
+			WHERE claims.completed_at <> 0 AND claims.outcome <> 'succeeded'`, taskID, claimant, ts(s.timeNow()))
 		return err
 	})
 	if err != nil {
@@ -752,10 +757,10 @@ func (s *sqlStore) CompleteTask(ctx context.Context, c Completion) error {
 	}
 	err := s.write(ctx, func(q querier) error {
 		n, err := q.exec(ctx, `UPDATE claims SET completed_at = ?, run_id = ?, outcome = ?, model_alias = ?,
-			prompt_tokens = ?, completion_tokens = ?, total_tokens = ?
+			prompt_tokens = ?, completion_tokens = ?, total_tokens = ?, reason = ?
 			WHERE task_id = ? AND claimant = ? AND completed_at = 0`,
 			ts(s.timeNow()), c.RunID, c.Outcome, c.ModelAlias, c.PromptTokens, c.CompletionTokens, c.TotalTokens,
-			c.TaskID, c.Claimant)
+			c.Reason, c.TaskID, c.Claimant)
 		if err != nil || n == 1 {
 			return err
 		}
@@ -782,14 +787,14 @@ func (s *sqlStore) CompleteTask(ctx context.Context, c Completion) error {
 func (s *sqlStore) GetClaim(ctx context.Context, taskID string) (Claim, error) {
 	cl := Claim{TaskID: taskID}
 	var (
-		claimed, done         int64
-		runID, outcome, alias string
-		p, c, t               sql.NullInt64
+		claimed, done                 int64
+		runID, outcome, alias, reason string
+		p, c, t                       sql.NullInt64
 	)
 	err := s.read(ctx, func(q querier) error {
 		return one(ctx, q, `SELECT claimant, claimed_at, completed_at, run_id, outcome, model_alias,
-			prompt_tokens, completion_tokens, total_tokens FROM claims WHERE task_id = ?`, []any{taskID},
-			&cl.Claimant, &claimed, &done, &runID, &outcome, &alias, &p, &c, &t)
+			prompt_tokens, completion_tokens, total_tokens, reason FROM claims WHERE task_id = ?`, []any{taskID},
+			&cl.Claimant, &claimed, &done, &runID, &outcome, &alias, &p, &c, &t, &reason)
 	})
 	if errors.Is(err, errNoRows) {
 		return Claim{}, notFound("claim of task %s", taskID)
@@ -802,7 +807,7 @@ func (s *sqlStore) GetClaim(ctx context.Context, taskID string) (Claim, error) {
 		cl.CompletedAt = fromTS(done)
 		cl.Completion = &Completion{
 			TaskID: taskID, Claimant: cl.Claimant, RunID: runID, Outcome: outcome, ModelAlias: alias,
-			PromptTokens: nullInt(p), CompletionTokens: nullInt(c), TotalTokens: nullInt(t),
+			PromptTokens: nullInt(p), CompletionTokens: nullInt(c), TotalTokens: nullInt(t), Reason: reason,
 		}
 	}
 	return cl, nil
@@ -828,7 +833,7 @@ func (s *sqlStore) Enqueue(ctx context.Context, queue string, payload []byte) (J
 	return j, nil
 }
 
-func (s *sqlStore) TakeJob(ctx context.Context, queue, consumer string) (Job, bool, error) {
+func (s *sqlStore) TakeJob(ctx context.Context, queue, consumer string, lease time.Duration) (Job, bool, error) {
 	if queue == "" || consumer == "" {
 		return Job{}, false, errors.New("take job: queue and consumer are required")
 	}
@@ -837,13 +842,21 @@ func (s *sqlStore) TakeJob(ctx context.Context, queue, consumer string) (Job, bo
 		attempts, created int64
 		found             bool
 	)
+	now := s.timeNow()
+	// expired is the newest lease time that has run out; with no lease a
+	// taken job is never taken back.
+	expired := int64(-1)
+	if lease > 0 {
+		expired = ts(now.Add(-lease))
+	}
 	err := s.write(ctx, func(q querier) error {
-		err := one(ctx, q, `UPDATE jobs SET taken_by = ?, taken_at = ?
-			WHERE id = (SELECT id FROM jobs WHERE queue = ? AND taken_by = '' AND dead_at = 0
+		err := one(ctx, q, `UPDATE jobs SET taken_by = ?, taken_at = ?,
+				attempts = attempts + CASE WHEN taken_by = '' THEN 0 ELSE 1 END
+			WHERE id = (SELECT id FROM jobs WHERE queue = ? AND dead_at = 0 AND (taken_by = '' OR taken_at < ?)
 				ORDER BY id LIMIT 1`+s.d.skipLocked+`)
-			AND taken_by = ''
+			AND dead_at = 0 AND (taken_by = '' OR taken_at < ?)
 			RETURNING id, payload, attempts, created_at`,
-			[]any{consumer, ts(s.timeNow()), queue}, &j.ID, &j.Payload, &attempts, &created)
+			[]any{consumer, ts(now), queue, expired, expired}, &j.ID, &j.Payload, &attempts, &created)
 		found = err == nil
 		if errors.Is(err, errNoRows) {
 			return nil
@@ -863,22 +876,43 @@ func (s *sqlStore) TakeJob(ctx context.Context, queue, consumer string) (Job, bo
 	return j, true, nil
 }
 
-func (s *sqlStore) FinishJob(ctx context.Context, id int64, requeue bool, errText string) error {
+func (s *sqlStore) RenewJobs(ctx context.Context, queue, consumer string) (int, error) {
+	var n int64
+	err := s.write(ctx, func(q querier) (err error) {
+		n, err = q.exec(ctx, `UPDATE jobs SET taken_at = ? WHERE queue = ? AND taken_by = ? AND dead_at = 0`,
+			ts(s.timeNow()), queue, consumer)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("renew leases of %s on %s: %w", consumer, queue, err)
+	}
+	return int(n), nil
+}
+
+func (s *sqlStore) FinishJob(ctx context.Context, id int64, consumer string, end JobEnd, errText string) error {
+	if consumer == "" {
+		return errors.New("finish job: consumer is required")
+	}
 	err := s.write(ctx, func(q querier) error {
 		var (
 			n   int64
 			err error
 		)
-		switch {
-		case requeue:
-			n, err = q.exec(ctx, `UPDATE jobs SET taken_by = '', taken_at = 0, attempts = attempts + 1, last_error = ?
-				WHERE id = ? AND taken_by <> '' AND dead_at = 0`, errText, id)
-		case errText == "":
-			n, err = q.exec(ctx, `DELETE FROM jobs WHERE id = ? AND taken_by <> '' AND dead_at = 0`, id)
+		const held = ` WHERE id = ? AND taken_by = ? AND dead_at = 0`
+		switch end {
+		case JobRetry:
+			n, err = q.exec(ctx, `UPDATE jobs SET taken_by = '', taken_at = 0, attempts = attempts + 1, last_error = ?`+held,
+				errText, id, consumer)
+		case JobRelease:
+			n, err = q.exec(ctx, `UPDATE jobs SET taken_by = '', taken_at = 0`+held, id, consumer)
+		case JobDone:
+			n, err = q.exec(ctx, `DELETE FROM jobs`+held, id, consumer)
+		case JobDead:
+			// A dead job stays: visible, never taken again.
+			n, err = q.exec(ctx, `UPDATE jobs SET dead_at = ?, attempts = attempts + 1, last_error = ?`+held,
+				ts(s.timeNow()), errText, id, consumer)
 		default:
-			// A failed job stays as a dead letter: visible, never taken again.
-			n, err = q.exec(ctx, `UPDATE jobs SET dead_at = ?, attempts = attempts + 1, last_error = ?
-				WHERE id = ? AND taken_by <> '' AND dead_at = 0`, ts(s.timeNow()), errText, id)
+			return fmt.Errorf("finish job %d: unknown end %d", id, end)
 		}
 		if err != nil || n == 1 {
 			return err
@@ -891,12 +925,61 @@ func (s *sqlStore) FinishJob(ctx context.Context, id int64, requeue bool, errTex
 		case err != nil:
 			return err
 		case dead != 0:
-			return fmt.Errorf("job %d is already finished as failed: %w", id, ErrConflict)
+			return fmt.Errorf("job %d is already dead-lettered: %w", id, ErrConflict)
+		case taken == "":
+			return fmt.Errorf("job %d is not taken: %w", id, ErrConflict)
 		}
-		return fmt.Errorf("job %d is not taken: %w", id, ErrConflict)
+		return fmt.Errorf("job %d is held by %s, not %s: %w", id, taken, consumer, ErrConflict)
 	})
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrConflict) {
 		return fmt.Errorf("finish job %d: %w", id, err)
+	}
+	return err
+}
+
+func (s *sqlStore) DeadJobs(ctx context.Context, queue string) ([]Job, error) {
+	var out []Job
+	err := s.read(ctx, func(q querier) (err error) {
+		out, err = all(ctx, q, func(r scanner) (Job, error) {
+			j := Job{Queue: queue}
+			var attempts, created, dead int64
+			if err := r.Scan(&j.ID, &j.Payload, &attempts, &created, &dead, &j.LastError); err != nil {
+				return Job{}, err
+			}
+			j.Attempts, j.Created, j.DeadAt = int(attempts), fromTS(created), fromTS(dead)
+			if j.Payload == nil {
+				j.Payload = []byte{}
+			}
+			return j, nil
+		}, `SELECT id, payload, attempts, created_at, dead_at, last_error FROM jobs
+			WHERE queue = ? AND dead_at <> 0 ORDER BY dead_at, id`, queue)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead letters of %s: %w", queue, err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) ReviveJob(ctx context.Context, id int64) error {
+	return s.deadJob(ctx, id, "revive", `UPDATE jobs SET dead_at = 0, attempts = 0, taken_by = '', taken_at = 0
+		WHERE id = ? AND dead_at <> 0`)
+}
+
+func (s *sqlStore) DropJob(ctx context.Context, id int64) error {
+	return s.deadJob(ctx, id, "drop", `DELETE FROM jobs WHERE id = ? AND dead_at <> 0`)
+}
+
+func (s *sqlStore) deadJob(ctx context.Context, id int64, what, stmt string) error {
+	err := s.write(ctx, func(q querier) error {
+		n, err := q.exec(ctx, stmt, id)
+		if err != nil || n == 1 {
+			return err
+		}
+		return notFound("dead job %d", id)
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return fmt.Errorf("%s job %d: %w", what, id, err)
 	}
 	return err
 }

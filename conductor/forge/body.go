@@ -112,7 +112,9 @@ func diffstat(ctx context.Context, in BodyInput) string {
 	if from == "" {
 		return "(no base to compare with)\n"
 	}
-	out, err := in.Repo.Run(ctx, "diff", "--no-ext-diff", "--no-textconv", "--stat=72", from, in.Tip)
+	// Two commits, no worktree: a submodule pointer change is shown (the
+	// guards' diff.ignoreSubmodules=all would hide it from a reader).
+	out, err := in.Repo.Run(ctx, "diff", "--no-ext-diff", "--no-textconv", "--ignore-submodules=none", "--stat=72", from, in.Tip)
 	if err != nil {
 		return fmt.Sprintf("(diffstat unavailable: %v)\n", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
@@ -56,6 +57,12 @@ type DraftOptions struct {
 	Log      *slog.Logger
 	// Connect overrides how the forge is reached (tests); nil: Connect.
 	Connect func(ctx context.Context, s Settings, local patch.Git) (DraftForge, error)
+	// Lock, when set, serializes OpenDraftPR per forge repository and
+	// branch across processes (the bus store's Locker): the push, the look
+	// for an open pull request and the create run under it, so two `pr
+	// open` of one branch never open two pull requests (Gitea answers 409
+	// only to sequential creates).
+	Lock func(ctx context.Context, name string, ttl time.Duration) (unlock func(), err error)
 }
 
 // DraftForge is the Forge plus the lookups OpenDraftPR does before it
@@ -66,6 +73,10 @@ type DraftForge interface {
 	Repository(ctx context.Context) (Repository, error)
 	BranchExists(ctx context.Context, branch string) (bool, error)
 	IssueExists(ctx context.Context, n int64) (bool, error)
+	// CanWrite reports whether the token may push to the repository.
+	CanWrite(ctx context.Context) (bool, error)
+	// URL is the forge's base URL (for messages and the lock's name).
+	URL() string
 }
 
 // DraftResult is what OpenDraftPR did.
@@ -151,21 +162,29 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		return res, fmt.Errorf("pr open: %w", err)
 	}
 	if repo.Archived {
-		return res, fmt.Errorf("pr open: repository %s is archived on the forge", res.Repo)
+		return res, fmt.Errorf("pr open: repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere (nothing pushed)", res.Repo, f.URL())
 	}
 	base := o.Base
 	if base == "" {
 		base = repo.DefaultBranch
 	}
-	if base == "" {
+	if base == "" && !repo.Empty {
 		return res, fmt.Errorf("pr open: repository %s has no default branch: pass --base", res.Repo)
 	}
 	if base == branch {
 		return res, fmt.Errorf("pr open: head and base are the same branch %q", branch)
 	}
-	ok, err := f.BranchExists(ctx, base)
-	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+	ok := false
+	if base != "" {
+		// A repository still marked empty answers a branch lookup with
+		// HTTP 500 (Gitea clears "empty" after a first push
+		// asynchronously): that is "not there yet", said below.
+		if ok, err = f.BranchExists(ctx, base); err != nil && !repo.Empty {
+			return res, fmt.Errorf("pr open: %w", err)
+		}
+	}
+	if !ok && repo.Empty {
+		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), firstNonEmpty(base, "main"))
 	}
 	if !ok {
 		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
@@ -177,8 +196,29 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			return res, fmt.Errorf("pr open: %w", err)
 		}
 		if !ok {
-			return res, fmt.Errorf("pr open: %w", notFoundf("issue #%d does not exist in the forge repository %s (nothing pushed)", o.Issue, res.Repo))
+			return res, fmt.Errorf("pr open: %w (nothing pushed)", issueNotFound(o.Issue, res.Repo, f.URL()))
 		}
+	}
+
+	// The token must be able to push: asked before pushing (a read-only
+	// token would otherwise fail at the push with a bare 403).
+	if !repo.CanPush {
+		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
+	}
+	if ok, err := f.CanWrite(ctx); err != nil {
+		return res, fmt.Errorf("pr open: %w", err)
+	} else if !ok {
+		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
+	}
+
+	if o.Lock != nil {
+		// The lease outlives a holder that died by at most a few forge
+		// deadlines (the push, the look-up and the create each have one).
+		unlock, err := o.Lock(ctx, "forge-pr "+f.URL()+" "+res.Repo+" "+branch, 5*s.Deadline())
+		if err != nil {
+			return res, fmt.Errorf("pr open: %w (nothing pushed)", err)
+		}
+		defer unlock()
 	}
 
 	push, err := f.Push(ctx, branch, PushOptions{Force: o.Force})
@@ -189,8 +229,13 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 
 	// The push went to the remote; the forge must now see the branch, or
 	// the remote is not this forge's repository.
+	// From here on the branch is on the remote: every error says so, so
+	// that nothing is left half-done unreported.
+	pushed := func(err error) error {
+		return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", branch, short(push.Commit), push.Remote, err)
+	}
 	if ok, err := f.BranchExists(ctx, branch); err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	} else if !ok {
 		return res, fmt.Errorf("pr open: pushed %s to remote %q, but the forge repository %s does not have it: is the remote this forge's repository? (check the remote URL, --owner/--repo and --gitea-url)", branch, push.Remote, res.Repo)
 	}
@@ -199,7 +244,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		res.PR = existing
 		return res, writePRRecord(o.RunDir, res)
 	} else if !errors.Is(err, ErrNotFound) {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	}
 
 	title := o.Title
@@ -227,7 +272,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	}
 	pr, err := f.OpenPR(ctx, PROpts{Head: branch, Base: base, Title: title, Body: body})
 	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+		return res, pushed(err)
 	}
 	res.PR = pr
 	if !pr.Existing && !pr.Draft {
@@ -236,6 +281,15 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			pr.Number, s.WIPPrefix, s.WIPPrefix))
 	}
 	return res, writePRRecord(o.RunDir, res)
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, x := range s {
+		if x != "" {
+			return x
+		}
+	}
+	return ""
 }
 
 // DraftTitle prefixes title with the WIP prefix unless it already has it.

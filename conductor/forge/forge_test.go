@@ -125,7 +125,7 @@ func TestOpenDraftPR(t *testing.T) {
 	ctx := context.Background()
 	o := f.opts(token)
 	o.Issue = 99
-	if _, err := forge.OpenDraftPR(ctx, o); err == nil || !strings.Contains(err.Error(), "issue #99 does not exist in the forge repository acme/widget (nothing pushed)") {
+	if _, err := forge.OpenDraftPR(ctx, o); err == nil || !strings.Contains(err.Error(), "refused: issue-not-found: issue #99 does not exist in the forge repository acme/widget on "+f.fake.URL+" (nothing pushed)") {
 		t.Fatalf("missing issue: %v", err)
 	}
 	if got := f.remoteHas(t, "work/t-1"); got != "" {
@@ -302,7 +302,7 @@ func TestOpenDraftPRErrors(t *testing.T) {
 				git(t, f.work, "remote", "set-url", "origin", elsewhere)
 			},
 			want:     []string{"does not have it: is the remote this forge's repository?"},
-			maxCalls: 4,
+			maxCalls: 5,
 		},
 		{
 			name: "remote name is an option",

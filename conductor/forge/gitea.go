@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -24,19 +28,27 @@ type GiteaOptions struct {
 	// filled from URL and Token).
 	Pusher Pusher
 	// HTTP is the base transport (nil: http.DefaultTransport).
-	HTTP    http.RoundTripper
-	Timeout time.Duration // per request; 0: 60 s
+	HTTP http.RoundTripper
+	// Timeout bounds every request (and, through Pusher, every push);
+	// 0: DefaultTimeout.
+	Timeout time.Duration
 	Log     *slog.Logger
+	// tokenEnv names the token's variable in messages (Connect sets it).
+	tokenEnv string
 }
 
 // Gitea is the Forge for a Gitea (or API-compatible) server.
 type Gitea struct {
 	client    *gitea.Client
+	hc        *http.Client
+	token     string
+	timeout   time.Duration
 	transport *Transport
 	owner     string
 	repo      string
 	url       string
 	red       redactor
+	tokenEnv  string
 	pusher    Pusher
 	log       *slog.Logger
 	// VersionWarning is set when the server reported a version the SDK
@@ -63,8 +75,8 @@ func NewGitea(ctx context.Context, o GiteaOptions) (*Gitea, error) {
 	}
 	tr := NewTransport(o.HTTP, log, o.Token)
 	timeout := o.Timeout
-	if timeout == 0 {
-		timeout = 60 * time.Second
+	if timeout <= 0 {
+		timeout = DefaultTimeout
 	}
 	hc := &http.Client{
 		Transport: tr,
@@ -72,7 +84,7 @@ func NewGitea(ctx context.Context, o GiteaOptions) (*Gitea, error) {
 		// Never follow a redirect with the token to somewhere else.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	g := &Gitea{transport: tr, owner: o.Owner, repo: o.Repo, url: base, red: newRedactor(o.Token), log: log}
+	g := &Gitea{hc: hc, token: o.Token, timeout: timeout, transport: tr, owner: o.Owner, repo: o.Repo, url: base, red: newRedactor(o.Token), log: log, tokenEnv: o.tokenEnv}
 	opts := []gitea.ClientOption{gitea.SetHTTPClient(hc), gitea.SetContext(ctx), gitea.SetUserAgent("conductor")}
 	if o.Token != "" {
 		opts = append(opts, gitea.SetToken(o.Token))
@@ -90,24 +102,71 @@ func NewGitea(ctx context.Context, o GiteaOptions) (*Gitea, error) {
 	g.pusher = o.Pusher
 	g.pusher.ForgeURL = base
 	g.pusher.Token = o.Token
+	if g.pusher.Timeout <= 0 {
+		g.pusher.Timeout = timeout
+	}
 	return g, nil
 }
 
-// connectErr classifies a failed version probe.
+// connectErr classifies a failed version probe: each case is one line
+// naming the URL (never the token) and what to check. It depends on status
+// codes, content types and Go's own error values, never on the server's
+// wording.
 func (g *Gitea) connectErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	err = g.red.Err(err)
+	if timedOut(err) {
+		return fmt.Errorf("gitea %s: %w: no answer within %s (GET /api/v1/version): check the server, or raise the forge timeout (--forge-timeout, forge.timeout)", g.url, ErrUnreachable, g.timeout)
+	}
+	if errors.Is(err, http.ErrSchemeMismatch) {
+		return fmt.Errorf("gitea %s: %w: the server answers plain HTTP on this port, not HTTPS: check the URL's scheme (http://)", g.url, ErrUnreachable)
+	}
 	switch st := g.transport.LastStatus(); {
 	case st == 401:
-		return &APIError{Op: "gitea " + g.url + ": version", Status: 401, Message: err.Error() + " (check the token)"}
+		return &APIError{Op: "gitea " + g.url + ": version", Status: 401, Message: "the token was rejected (wrong, expired or revoked): check $" + g.tokenEnvName() + " (the token variable)"}
 	case st == 404:
-		return fmt.Errorf("gitea %s: no Gitea API here (GET /api/v1/version answered 404): %w", g.url, err)
+		return fmt.Errorf("gitea %s: not a Gitea API: GET /api/v1/version answered 404: check that the URL is Gitea's base URL (no /api/v1, no repository path)", g.url)
+	case st/100 == 2 && !isJSON(g.transport.LastContentType()):
+		return fmt.Errorf("gitea %s: not a Gitea API: GET /api/v1/version answered %s, not JSON: check that the URL is Gitea's base URL", g.url, contentTypeOr(g.transport.LastContentType()))
+	case st/100 == 3:
+		return fmt.Errorf("gitea %s: GET /api/v1/version answered a redirect (HTTP %d), which is not followed with the token: use the URL it redirects to", g.url, st)
 	case st != 0:
 		return &APIError{Op: "gitea " + g.url + ": version", Status: st, Message: err.Error()}
 	}
 	return fmt.Errorf("gitea %s: %w: %v", g.url, ErrUnreachable, err)
+}
+
+// tokenEnvName is the token variable's name for messages.
+func (g *Gitea) tokenEnvName() string {
+	if g.tokenEnv != "" {
+		return g.tokenEnv
+	}
+	return DefaultTokenEnv
+}
+
+func isJSON(ct string) bool {
+	mt, _, _ := strings.Cut(ct, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+func contentTypeOr(ct string) string {
+	if ct == "" {
+		return "no content type"
+	}
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.TrimSpace(mt)
+}
+
+// timedOut reports a deadline that ran out (the client's or the context's).
+func timedOut(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // Requests is the number of HTTP requests sent so far.
@@ -125,6 +184,9 @@ func (g *Gitea) apiErr(op string, resp *gitea.Response, err error) error {
 	if resp != nil && resp.Response != nil && resp.StatusCode/100 != 2 {
 		return &APIError{Op: op, Status: resp.StatusCode, Message: err.Error()}
 	}
+	if timedOut(err) {
+		return fmt.Errorf("%s: %w: %s gave no answer within %s: check the server, or raise the forge timeout (--forge-timeout, forge.timeout)", op, ErrUnreachable, g.url, g.timeout)
+	}
 	if g.client == nil || resp == nil {
 		return fmt.Errorf("%s: %w: %v", op, ErrUnreachable, err)
 	}
@@ -138,6 +200,10 @@ type Repository struct {
 	HTMLURL       string `json:"htmlUrl"`
 	Empty         bool   `json:"empty"`
 	Archived      bool   `json:"archived"`
+	// CanPush is the token's user's push permission (the documented
+	// "permissions.push" field); a token scope may still forbid writing:
+	// see CanWrite.
+	CanPush bool `json:"canPush"`
 }
 
 // Repository fetches the repository.
@@ -149,7 +215,47 @@ func (g *Gitea) Repository(ctx context.Context) (Repository, error) {
 		}
 		return Repository{}, g.apiErr("get repository "+g.FullName(), resp, err)
 	}
-	return Repository{FullName: r.FullName, DefaultBranch: r.DefaultBranch, HTMLURL: r.HTMLURL, Empty: r.Empty, Archived: r.Archived}, nil
+	out := Repository{FullName: r.FullName, DefaultBranch: r.DefaultBranch, HTMLURL: r.HTMLURL, Empty: r.Empty, Archived: r.Archived}
+	if r.Permissions != nil {
+		out.CanPush = r.Permissions.Push
+	}
+	return out, nil
+}
+
+// CanWrite asks the forge whether the token may write the repository's
+// code, without changing anything: it sends POST .../branches with an empty
+// body. Gitea checks the token's scope and the user's write permission
+// before it validates the body, so 422 (the body is invalid) means "may
+// write", 403 means "may not", 423 means the repository is archived. Only
+// status codes are read.
+func (g *Gitea) CanWrite(ctx context.Context) (bool, error) {
+	op := "check write access to " + g.FullName()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.url+"/api/v1/repos/"+url.PathEscape(g.owner)+"/"+url.PathEscape(g.repo)+"/branches", strings.NewReader("{}"))
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", op, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if g.token != "" {
+		req.Header.Set("Authorization", "token "+g.token)
+	}
+	resp, err := g.hc.Do(req)
+	if err != nil {
+		return false, g.apiErr(op, nil, err)
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusUnprocessableEntity, http.StatusCreated, http.StatusBadRequest:
+		return true, nil
+	case http.StatusForbidden:
+		return false, nil
+	case http.StatusLocked:
+		return false, fmt.Errorf("%s: repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere", op, g.FullName(), g.url)
+	case http.StatusNotFound:
+		return false, notFoundf("repository %s does not exist on %s (or the token cannot see it)", g.FullName(), g.url)
+	}
+	return false, &APIError{Op: op, Status: resp.StatusCode, Message: http.StatusText(resp.StatusCode)}
 }
 
 // BranchExists reports whether the forge repository has the branch.
@@ -176,6 +282,30 @@ func (g *Gitea) IssueExists(ctx context.Context, n int64) (bool, error) {
 	}
 	return true, nil
 }
+
+// hasBranch reports whether the branch exists (false on any error).
+func (g *Gitea) hasBranch(ctx context.Context, b string) bool {
+	if b == "" {
+		return false
+	}
+	ok, err := g.BranchExists(ctx, b)
+	return err == nil && ok
+}
+
+// RequireIssue refuses (issue-not-found) when issue n does not exist.
+func (g *Gitea) RequireIssue(ctx context.Context, n int64) error {
+	ok, err := g.IssueExists(ctx, n)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return issueNotFound(n, g.FullName(), g.url)
+	}
+	return nil
+}
+
+// URL is the forge's base URL.
+func (g *Gitea) URL() string { return g.url }
 
 // Push implements Forge.
 func (g *Gitea) Push(ctx context.Context, branch string, opts PushOptions) (PushResult, error) {
@@ -249,10 +379,15 @@ func (g *Gitea) CommentIssue(ctx context.Context, issue int64, body string) erro
 	if issue <= 0 {
 		return fmt.Errorf("comment on issue %d: not an issue number", issue)
 	}
+	// Gitea answers a comment on a missing issue with HTTP 500: look the
+	// issue up first.
+	if err := g.RequireIssue(ctx, issue); err != nil {
+		return fmt.Errorf("comment on issue #%d: %w", issue, err)
+	}
 	_, resp, err := g.client.CreateIssueComment(g.owner, g.repo, issue, gitea.CreateIssueCommentOption{Body: body})
 	if err != nil {
 		if resp != nil && resp.StatusCode == 404 {
-			return notFoundf("comment on issue #%d of %s: no such issue", issue, g.FullName())
+			return fmt.Errorf("comment on issue #%d: %w", issue, issueNotFound(issue, g.FullName(), g.url))
 		}
 		return g.apiErr(fmt.Sprintf("comment on issue #%d of %s", issue, g.FullName()), resp, err)
 	}
@@ -264,11 +399,14 @@ func (g *Gitea) CloseIssue(ctx context.Context, issue int64) error {
 	if issue <= 0 {
 		return fmt.Errorf("close issue %d: not an issue number", issue)
 	}
+	if err := g.RequireIssue(ctx, issue); err != nil {
+		return fmt.Errorf("close issue #%d: %w", issue, err)
+	}
 	closed := gitea.StateClosed
 	_, resp, err := g.client.EditIssue(g.owner, g.repo, issue, gitea.EditIssueOption{State: &closed})
 	if err != nil {
 		if resp != nil && resp.StatusCode == 404 {
-			return notFoundf("close issue #%d of %s: no such issue", issue, g.FullName())
+			return fmt.Errorf("close issue #%d: %w", issue, issueNotFound(issue, g.FullName(), g.url))
 		}
 		return g.apiErr(fmt.Sprintf("close issue #%d of %s", issue, g.FullName()), resp, err)
 	}
@@ -291,11 +429,14 @@ func Connect(ctx context.Context, s Settings, local patch.Git, getenv func(strin
 	if err != nil {
 		return nil, err
 	}
-	return NewGitea(ctx, GiteaOptions{
+	g, err := NewGitea(ctx, GiteaOptions{
 		URL: s.URL, Token: tok, Owner: owner, Repo: repo,
-		Pusher: Pusher{Git: local, Remote: s.Remote},
-		Log:    log,
+		Pusher:   Pusher{Git: local, Remote: s.Remote},
+		Timeout:  s.Deadline(),
+		Log:      log,
+		tokenEnv: s.TokenEnv,
 	})
+	return g, err
 }
 
 // ResolveOwnerRepo returns the forge owner/repo: from the settings, else

@@ -1,12 +1,15 @@
 package forge
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -21,6 +24,9 @@ type Pusher struct {
 	Remote   string // remote name in the local repository (default origin)
 	ForgeURL string // the forge's base URL; the credential is scoped to it
 	Token    string
+	// Timeout bounds the whole push (0: DefaultTimeout). A server that
+	// stops answering ends the push with a clear error, never a hang.
+	Timeout time.Duration
 }
 
 // basicCredential is the HTTP Basic credential Gitea accepts for git over
@@ -92,12 +98,25 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 	if opts.Force {
 		spec = "+" + spec
 	}
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
 	g := p.Git.WithEnv(p.credentialEnv(pushURL)...)
+	// git's HTTP transport also gives up on a stalled connection by itself
+	// (under 1 byte/s for the whole timeout), so no helper outlives the push.
+	g.Config = append(append([]string(nil), g.Config...), "http.lowSpeedLimit=1", fmt.Sprintf("http.lowSpeedTime=%d", max(1, int(timeout.Seconds()))))
 	red := newRedactor(p.Token)
 	// --receive-pack pins the program a local (file) push runs: the
 	// repository's remote.<name>.receivepack is never obeyed.
-	out, err := g.Run(ctx, "push", "--porcelain", "--no-verify", "--no-signed", "--no-follow-tags", "--recurse-submodules=no", "--receive-pack=git-receive-pack", p.remote(), spec)
+	out, err := runBounded(ctx, g, timeout, "push", "--porcelain", "--no-verify", "--no-signed", "--no-follow-tags", "--recurse-submodules=no", "--receive-pack=git-receive-pack", p.remote(), spec)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return res, fmt.Errorf("push %s to %s: %w: no answer within %s: check the server, or raise the forge timeout (--forge-timeout, forge.timeout)", branch, redactURL(pushURL), ErrUnreachable, timeout)
+		}
+		if ctx.Err() != nil {
+			return res, fmt.Errorf("push %s to %s: %w", branch, redactURL(pushURL), ctx.Err())
+		}
 		var ge *patch.GitError
 		msg := err.Error()
 		if errors.As(err, &ge) {
@@ -105,8 +124,20 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 		}
 		msg = red.String(msg)
 		switch pushFailure(msg) {
+		case "forbidden":
+			repo := redactURL(pushURL)
+			if o, r, err := ParseRemoteURL(pushURL); err == nil {
+				repo = o + "/" + r
+			}
+			return res, fmt.Errorf("push %s: %w", branch, forbidden(repo, redactURL(p.ForgeURL)))
 		case "rejected":
 			return res, fmt.Errorf("push %s to %s: rejected: the remote branch has commits this one does not (not a fast-forward); fetch and integrate, or --force to replace it", branch, redactURL(pushURL))
+		case "declined":
+			repo := redactURL(pushURL)
+			if o, r, err := ParseRemoteURL(pushURL); err == nil {
+				repo = o + "/" + r
+			}
+			return res, fmt.Errorf("push %s to %s: the forge declined it (%s): may the token's user push to %s, and is the branch unprotected?", branch, redactURL(pushURL), declinedReason(msg), repo)
 		case "unauthorized":
 			why := "the forge rejected the token"
 			if p.credentialEnv(pushURL) == nil {
@@ -135,8 +166,49 @@ func pushFailure(msg string) string {
 		return "rejected"
 	case strings.Contains(msg, "returned error: 401") || strings.Contains(msg, "Authentication failed") || strings.Contains(msg, "could not read Username"):
 		return "unauthorized"
+	case strings.Contains(msg, "returned error: 403"):
+		return "forbidden"
+	case strings.Contains(msg, "[remote rejected]") && strings.Contains(msg, "pre-receive hook declined"):
+		return "declined"
 	}
 	return ""
+}
+
+// declinedReason is the parenthesis of git's "[remote rejected] (why)".
+func declinedReason(msg string) string {
+	_, after, ok := strings.Cut(msg, "[remote rejected]")
+	if !ok {
+		return "remote rejected"
+	}
+	after, _, _ = strings.Cut(strings.TrimSpace(after), "\n")
+	if strings.HasPrefix(after, "(") {
+		if i := strings.IndexByte(after, ')'); i > 0 {
+			return "remote rejected: " + after[1:i]
+		}
+	}
+	return "remote rejected"
+}
+
+// runBounded runs git with a deadline. Unlike patch.Git.Run it does not
+// wait for a helper that kept git's pipes open (git-remote-http on a frozen
+// server) once git itself is gone: the process group is killed and the wait
+// is bounded.
+func runBounded(ctx context.Context, g patch.Git, timeout time.Duration, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := g.Command(ctx, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return out.Bytes(), &patch.GitError{Args: args, Stdout: out.Bytes(), Stderr: errb.Bytes(), Err: err}
+	}
+	return out.Bytes(), nil
 }
 
 // checkBranchName rejects names git would not accept as a branch.

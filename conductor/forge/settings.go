@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
 )
 
 // Defaults.
@@ -17,6 +18,10 @@ const (
 	DefaultURLEnv    = "GITEA_URL"
 	DefaultRemote    = "origin"
 	DefaultWIPPrefix = "WIP:"
+	// DefaultTimeout bounds every forge request and every push.
+	DefaultTimeout = 60 * time.Second
+	// TimeoutEnv overrides the forge timeout (a Go duration, e.g. "30s").
+	TimeoutEnv = "CONDUCTOR_FORGE_TIMEOUT"
 )
 
 // Settings are the forge settings. Flags win over the environment, the
@@ -37,6 +42,9 @@ type Settings struct {
 	// WIPPrefix is the draft title prefix (Gitea's
 	// [repository.pull-request] WORK_IN_PROGRESS_PREFIXES; default "WIP:").
 	WIPPrefix string `json:"wipPrefix,omitempty"`
+	// Timeout bounds every request to the forge and every push (a Go
+	// duration: "30s", "2m"; default 60s; CONDUCTOR_FORGE_TIMEOUT).
+	Timeout string `json:"timeout,omitempty"`
 	// Servers holds per-server overrides keyed by base URL (only wipPrefix
 	// for now), for operators who use several Gitea servers.
 	Servers map[string]ServerSettings `json:"servers,omitempty"`
@@ -94,6 +102,7 @@ func (s Settings) Merge(over Settings) Settings {
 	set(&s.Owner, over.Owner)
 	set(&s.Repo, over.Repo)
 	set(&s.WIPPrefix, over.WIPPrefix)
+	set(&s.Timeout, over.Timeout)
 	if len(over.Servers) > 0 {
 		s.Servers = over.Servers
 	}
@@ -107,6 +116,9 @@ func (s Settings) WithDefaults(getenv func(string) string) Settings {
 	}
 	if s.TokenEnv == "" {
 		s.TokenEnv = DefaultTokenEnv
+	}
+	if s.Timeout == "" {
+		s.Timeout = getenv(TimeoutEnv)
 	}
 	if s.Remote == "" {
 		s.Remote = DefaultRemote
@@ -135,6 +147,9 @@ func (s Settings) Validate() error {
 	if u.User != nil {
 		return fmt.Errorf("forge URL %s: credentials do not belong in the URL; put the token in $%s", redactURL(s.URL), s.TokenEnv)
 	}
+	if err := s.ValidateTimeout(); err != nil {
+		return err
+	}
 	if !envNameRE.MatchString(s.TokenEnv) {
 		return fmt.Errorf("token variable name %q: not an environment variable name", s.TokenEnv)
 	}
@@ -148,6 +163,26 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("repo %q: not a forge name", s.Repo)
 	}
 	return nil
+}
+
+// ValidateTimeout checks the timeout alone (for commands such as push that
+// need no forge URL).
+func (s Settings) ValidateTimeout() error {
+	if s.Timeout != "" {
+		if d, err := time.ParseDuration(s.Timeout); err != nil || d <= 0 {
+			return fmt.Errorf("forge timeout %q: want a positive duration such as 30s or 2m", s.Timeout)
+		}
+	}
+	return nil
+}
+
+// Deadline is the forge timeout: Timeout when it parses, else
+// DefaultTimeout (Validate reports a bad one).
+func (s Settings) Deadline() time.Duration {
+	if d, err := time.ParseDuration(s.Timeout); err == nil && d > 0 {
+		return d
+	}
+	return DefaultTimeout
 }
 
 // Token reads the token from the environment variable named by TokenEnv.

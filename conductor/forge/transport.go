@@ -62,6 +62,7 @@ type Transport struct {
 	Log    *slog.Logger
 	red    redactor
 	last   atomic.Int32
+	ctype  atomic.Value // string: Content-Type of the last answer
 	counts atomic.Int64
 }
 
@@ -87,6 +88,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, t.red.Err(err)
 	}
 	t.last.Store(int32(resp.StatusCode))
+	t.ctype.Store(resp.Header.Get("Content-Type"))
 	if t.Log != nil {
 		t.Log.Debug("forge request", "method", req.Method, "url", target, "status", resp.StatusCode,
 			"auth", authScheme(req.Header.Get("Authorization")), "duration", time.Since(start).Round(time.Millisecond))
@@ -96,6 +98,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // LastStatus is the HTTP status of the last answered request (0: none).
 func (t *Transport) LastStatus() int { return int(t.last.Load()) }
+
+// LastContentType is the Content-Type of the last answered request.
+func (t *Transport) LastContentType() string {
+	s, _ := t.ctype.Load().(string)
+	return s
+}
 
 // Requests is the number of requests sent.
 func (t *Transport) Requests() int64 { return t.counts.Load() }

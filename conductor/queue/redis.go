@@ -40,7 +40,17 @@ type Redis struct {
 	stop     chan struct{}
 	done     chan struct{}
 	lastReap time.Time
+
+	// inFlight counts the payloads this process holds; after a failed take
+	// (a BLMOVE whose reply was lost may have moved a job nobody runs) the
+	// processing list is checked against it and orphans go back.
+	inFlight map[string]int
+	suspect  bool
 }
+
+// ErrUnreachable is matched by the error of dialling a Redis server that
+// does not answer: an outage to wait out, not a configuration error.
+var ErrUnreachable = errors.New("unreachable")
 
 // DialRedis connects, checks the server answers and starts the heartbeat.
 // An unreachable server is a clear error (without the URL's password).
@@ -68,9 +78,9 @@ func DialRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	defer cancel()
 	if err := c.Ping(pctx).Err(); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w", bus.RedactURL(o.URL), err)
+		return nil, fmt.Errorf("redis: cannot reach %s: %w (%w)", bus.RedactURL(o.URL), err, ErrUnreachable)
 	}
-	r := &Redis{c: c, o: o, stop: make(chan struct{}), done: make(chan struct{})}
+	r := &Redis{c: c, o: o, stop: make(chan struct{}), done: make(chan struct{}), inFlight: map[string]int{}}
 	if o.Consumer != "" {
 		if err := r.beat(ctx); err != nil {
 			c.Close()
@@ -133,18 +143,29 @@ func (r *Redis) Push(ctx context.Context, payload []byte) error {
 }
 
 // Take reaps dead consumers (at most every TTL/3), then waits for a job.
+// A job delivered more than MaxAttempts times is returned as it is: its
+// consumers kept dying, and the caller buries it.
 func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error) {
 	if r.o.Consumer == "" {
 		return nil, errors.New("redis: Take needs a consumer name")
 	}
 	if r.o.Now().Sub(r.lastReap) > r.o.HeartbeatTTL/3 {
 		if _, err := r.Reap(ctx); err != nil {
+			r.afterOutage()
 			return nil, err
 		}
 		r.lastReap = r.o.Now()
 	}
 	if wait <= 0 {
 		wait = 10 * time.Millisecond // BLMOVE 0 would block forever
+	}
+	r.mu.Lock()
+	suspect := r.suspect
+	r.mu.Unlock()
+	if suspect {
+		if err := r.returnOrphans(ctx); err != nil {
+			return nil, err
+		}
 	}
 	raw, err := r.c.BLMove(ctx, r.o.Key, r.processing(), "LEFT", "RIGHT", wait).Result()
 	if errors.Is(err, redis.Nil) {
@@ -154,91 +175,137 @@ func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
+		r.mu.Lock()
+		r.suspect = true
+		r.mu.Unlock()
+		r.afterOutage()
 		return nil, fmt.Errorf("redis: take from %s: %w", r.o.Key, err)
 	}
 	d := &Delivery{Payload: []byte(raw), ID: PayloadID([]byte(raw))}
-	n, err := r.c.HIncrBy(ctx, r.key("attempts"), d.ID, 1).Result()
-	if err != nil {
-		return nil, fmt.Errorf("redis: count attempts: %w", err)
-	}
-	d.Attempt = int(n)
-	if d.Attempt > r.o.MaxAttempts {
-		// Its consumers kept dying while running it: a poison job.
-		if err := r.bury(ctx, d, fmt.Errorf("delivered %d times without finishing (consumers died)", d.Attempt-1)); err != nil {
-			return nil, err
+	r.mu.Lock()
+	r.inFlight[raw]++
+	r.mu.Unlock()
+	for {
+		// The job is in our processing list: failing to count its attempt
+		// must not lose it. Keep trying; the heartbeat keeps the lease.
+		n, err := r.c.HIncrBy(ctx, r.key("attempts"), d.ID, 1).Result()
+		if err == nil {
+			d.Attempt = int(n)
+			return d, nil
 		}
-		return r.Take(ctx, wait)
+		select {
+		case <-ctx.Done():
+			d.Attempt = 1
+			return d, nil
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
-	return d, nil
+}
+
+// MaxAttempts is how many failed attempts bury a job.
+func (r *Redis) MaxAttempts() int { return r.o.MaxAttempts }
+
+// afterOutage holds the reaper back for one heartbeat TTL after Redis
+// failed us: heartbeats may have expired while Redis was down (or
+// restarting), and living consumers need a beat to say so before their jobs
+// are taken from them.
+func (r *Redis) afterOutage() {
+	r.lastReap = r.o.Now().Add(r.o.HeartbeatTTL)
+}
+
+// The scripts below act on a job only while it is in this consumer's
+// processing list: the lease holder's identity is checked atomically, so a
+// consumer whose jobs were reaped (a zombie finishing late) cannot ack,
+// requeue or bury them a second time.
+var (
+	// KEYS: processing, attempts. ARGV: payload, id.
+	ackScript = redis.NewScript(`if redis.call("LREM", KEYS[1], 1, ARGV[1]) == 1 then
+	redis.call("HDEL", KEYS[2], ARGV[2]) return 1 end return 0`)
+	// KEYS: processing, queue. ARGV: payload.
+	requeueScript = redis.NewScript(`if redis.call("LREM", KEYS[1], 1, ARGV[1]) == 1 then
+	redis.call("RPUSH", KEYS[2], ARGV[1]) return 1 end return 0`)
+	// KEYS: processing, queue, attempts. ARGV: payload, id.
+	releaseJobScript = redis.NewScript(`if redis.call("LREM", KEYS[1], 1, ARGV[1]) == 1 then
+	redis.call("LPUSH", KEYS[2], ARGV[1]) redis.call("HINCRBY", KEYS[3], ARGV[2], -1) return 1 end return 0`)
+	// KEYS: processing, dead, attempts. ARGV: payload, entry, id.
+	buryScript = redis.NewScript(`if redis.call("LREM", KEYS[1], 1, ARGV[1]) == 1 then
+	redis.call("RPUSH", KEYS[2], ARGV[2]) redis.call("HDEL", KEYS[3], ARGV[3]) return 1 end return 0`)
+	// KEYS: dead, queue, attempts. ARGV: entry, payload, id.
+	retryDeadScript = redis.NewScript(`if redis.call("LREM", KEYS[1], 1, ARGV[1]) == 1 then
+	redis.call("RPUSH", KEYS[2], ARGV[2]) redis.call("HDEL", KEYS[3], ARGV[3]) return 1 end return 0`)
+	// KEYS: processing, consumers, alive. ARGV: consumer.
+	leaveScript = redis.NewScript(`redis.call("DEL", KEYS[3])
+	if redis.call("LLEN", KEYS[1]) == 0 then redis.call("SREM", KEYS[2], ARGV[1]) return 1 end return 0`)
+)
+
+// returnOrphans returns the jobs of this consumer's processing list that
+// no delivery of this process holds to the head of the queue.
+func (r *Redis) returnOrphans(ctx context.Context) error {
+	items, err := r.c.LRange(ctx, r.processing(), 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("redis: check %s: %w", r.processing(), err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]int{}
+	for _, it := range items {
+		seen[it]++
+		if seen[it] <= r.inFlight[it] {
+			continue
+		}
+		if err := orphanScript.Run(ctx, r.c, []string{r.processing(), r.o.Key}, it).Err(); err != nil {
+			return fmt.Errorf("redis: return an orphaned job: %w", err)
+		}
+	}
+	r.suspect = false
+	return nil
+}
+
+// orphanScript moves one job from the tail end of processing back to the
+// head of the queue. KEYS: processing, queue. ARGV: payload.
+var orphanScript = redis.NewScript(`if redis.call("LREM", KEYS[1], -1, ARGV[1]) == 1 then
+	redis.call("LPUSH", KEYS[2], ARGV[1]) return 1 end return 0`)
+
+func (r *Redis) held(ctx context.Context, what string, d *Delivery, s *redis.Script, keys []string, args ...any) error {
+	n, err := s.Run(ctx, r.c, keys, args...).Int()
+	if err != nil {
+		return fmt.Errorf("redis: %s %s: %w", what, d.ID, err)
+	}
+	r.mu.Lock()
+	if r.inFlight[string(d.Payload)] > 1 {
+		r.inFlight[string(d.Payload)]--
+	} else {
+		delete(r.inFlight, string(d.Payload))
+	}
+	r.mu.Unlock()
+	if n != 1 {
+		return fmt.Errorf("redis: %s %s: %w", what, d.ID, ErrLeaseLost)
+	}
+	return nil
 }
 
 // Ack removes a finished job.
 func (r *Redis) Ack(ctx context.Context, d *Delivery) error {
-	pipe := r.c.TxPipeline()
-	pipe.LRem(ctx, r.processing(), 1, d.Payload)
-	pipe.HDel(ctx, r.key("attempts"), d.ID)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("redis: ack %s: %w", d.ID, err)
-	}
-	return nil
+	return r.held(ctx, "ack", d, ackScript, []string{r.processing(), r.key("attempts")}, d.Payload, d.ID)
 }
 
-// Retry returns the job to the tail of the queue, or buries it.
-func (r *Redis) Retry(ctx context.Context, d *Delivery, cause error) (bool, error) {
-	if d.Attempt >= r.o.MaxAttempts {
-		return true, r.bury(ctx, d, cause)
-	}
-	pipe := r.c.TxPipeline()
-	pipe.LRem(ctx, r.processing(), 1, d.Payload)
-	pipe.RPush(ctx, r.o.Key, d.Payload)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return false, fmt.Errorf("redis: requeue %s: %w", d.ID, err)
-	}
-	return false, nil
+// Requeue returns the job to the tail of the queue.
+func (r *Redis) Requeue(ctx context.Context, d *Delivery, cause error) error {
+	return r.held(ctx, "requeue", d, requeueScript, []string{r.processing(), r.o.Key}, d.Payload)
 }
 
 // Release returns an interrupted job to the head of the queue.
 func (r *Redis) Release(ctx context.Context, d *Delivery) error {
-	pipe := r.c.TxPipeline()
-	pipe.LRem(ctx, r.processing(), 1, d.Payload)
-	pipe.LPush(ctx, r.o.Key, d.Payload)
-	pipe.HIncrBy(ctx, r.key("attempts"), d.ID, -1)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("redis: release %s: %w", d.ID, err)
-	}
-	return nil
+	return r.held(ctx, "release", d, releaseJobScript, []string{r.processing(), r.o.Key, r.key("attempts")}, d.Payload, d.ID)
 }
 
-// DeadLetter is an entry of the dead-letter list.
-type DeadLetter struct {
-	ID       string          `json:"id"`
-	Payload  json.RawMessage `json:"payload"`
-	Attempts int             `json:"attempts"`
-	Error    string          `json:"error"`
-	At       time.Time       `json:"at"`
-}
-
-func (r *Redis) bury(ctx context.Context, d *Delivery, cause error) error {
-	msg := "unknown error"
-	if cause != nil {
-		msg = cause.Error()
-	}
-	payload := json.RawMessage(d.Payload)
-	if !json.Valid(d.Payload) {
-		payload, _ = json.Marshal(string(d.Payload))
-	}
-	entry, err := json.Marshal(DeadLetter{ID: d.ID, Payload: payload, Attempts: d.Attempt, Error: msg, At: r.o.Now().UTC()})
+// Bury moves the job to the dead-letter list.
+func (r *Redis) Bury(ctx context.Context, d *Delivery, cause error) error {
+	entry, err := json.Marshal(newDeadLetter(d, cause, r.o.Now()))
 	if err != nil {
 		return err
 	}
-	pipe := r.c.TxPipeline()
-	pipe.LRem(ctx, r.processing(), 1, d.Payload)
-	pipe.RPush(ctx, r.key("dead"), entry)
-	pipe.HDel(ctx, r.key("attempts"), d.ID)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("redis: dead-letter %s: %w", d.ID, err)
-	}
-	return nil
+	return r.held(ctx, "dead-letter", d, buryScript, []string{r.processing(), r.key("dead"), r.key("attempts")}, d.Payload, entry, d.ID)
 }
 
 // Reap returns the jobs of consumers whose heartbeat expired to the head of
@@ -278,21 +345,62 @@ func (r *Redis) Reap(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-// DeadLetters lists the dead-letter list.
+// DeadLetters lists the dead-letter list, oldest first.
 func (r *Redis) DeadLetters(ctx context.Context) ([]DeadLetter, error) {
+	_, out, err := r.deadLetters(ctx)
+	return out, err
+}
+
+func (r *Redis) deadLetters(ctx context.Context) ([]string, []DeadLetter, error) {
 	raw, err := r.c.LRange(ctx, r.key("dead"), 0, -1).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redis: read dead letters: %w", err)
+		return nil, nil, fmt.Errorf("redis: read dead letters: %w", err)
 	}
 	out := make([]DeadLetter, 0, len(raw))
 	for _, s := range raw {
 		var dl DeadLetter
 		if err := json.Unmarshal([]byte(s), &dl); err != nil {
-			return nil, fmt.Errorf("redis: dead letter %q: %w", s, err)
+			return nil, nil, fmt.Errorf("redis: dead letter %q: %w", s, err)
 		}
 		out = append(out, dl)
 	}
-	return out, nil
+	return raw, out, nil
+}
+
+// RetryDead returns every dead letter with the id (payload id or run id)
+// to the tail of the queue, its attempts reset.
+func (r *Redis) RetryDead(ctx context.Context, id string) error {
+	return r.eachDead(ctx, id, func(entry string, dl DeadLetter) error {
+		return retryDeadScript.Run(ctx, r.c, []string{r.key("dead"), r.o.Key, r.key("attempts")}, entry, dl.Raw(), dl.ID).Err()
+	})
+}
+
+// DropDead deletes every dead letter with the id (payload id or run id).
+func (r *Redis) DropDead(ctx context.Context, id string) error {
+	return r.eachDead(ctx, id, func(entry string, _ DeadLetter) error {
+		return r.c.LRem(ctx, r.key("dead"), 1, entry).Err()
+	})
+}
+
+func (r *Redis) eachDead(ctx context.Context, id string, fn func(entry string, dl DeadLetter) error) error {
+	raw, dls, err := r.deadLetters(ctx)
+	if err != nil {
+		return err
+	}
+	found := false
+	for i, dl := range dls {
+		if !dl.Matches(id) {
+			continue
+		}
+		found = true
+		if err := fn(raw[i], dl); err != nil {
+			return fmt.Errorf("redis: dead letter %s: %w", id, err)
+		}
+	}
+	if !found {
+		return fmt.Errorf("dead letter %s on %s: %w", id, r.o.Key, ErrNoDeadLetter)
+	}
+	return nil
 }
 
 // Lengths reports the queue, this consumer's processing list and the
@@ -330,7 +438,8 @@ func (r *Redis) Lock(ctx context.Context, name string, ttl time.Duration) (ok bo
 var releaseScript = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
 
 // Close stops the heartbeat and drops this consumer's liveness so that its
-// unfinished jobs (if any) are reaped at once.
+// unfinished jobs (if any) are reaped at once; a consumer that holds no job
+// leaves the consumer set.
 func (r *Redis) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -343,7 +452,7 @@ func (r *Redis) Close() error {
 	<-r.done
 	if r.o.Consumer != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		r.c.Del(ctx, r.key("alive", r.o.Consumer))
+		leaveScript.Run(ctx, r.c, []string{r.processing(), r.key("consumers"), r.key("alive", r.o.Consumer)}, r.o.Consumer)
 		cancel()
 	}
 	return r.c.Close()

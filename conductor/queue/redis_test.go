@@ -104,12 +104,16 @@ func TestRedisDeadLetterAfterMaxAttempts(t *testing.T) {
 		if err != nil || d == nil {
 			t.Fatalf("take %d: %v %v", i, d, err)
 		}
-		buried, err := q.Retry(ctx, d, errors.New("boom"))
+		if d.Attempt != i {
+			t.Fatalf("take %d: attempt %d", i, d.Attempt)
+		}
+		if i < q.MaxAttempts() {
+			err = q.Requeue(ctx, d, errors.New("boom"))
+		} else {
+			err = q.Bury(ctx, d, errors.New("boom"))
+		}
 		if err != nil {
 			t.Fatal(err)
-		}
-		if buried != (i == 3) {
-			t.Fatalf("attempt %d: buried=%v", i, buried)
 		}
 	}
 	dls, err := q.DeadLetters(ctx)
@@ -190,5 +194,112 @@ func TestRedisUnreachable(t *testing.T) {
 	}
 	if got := err.Error(); !strings.Contains(got, "cannot reach") || strings.Contains(got, "secretpw") {
 		t.Fatalf("error %q: want 'cannot reach' and no password", got)
+	}
+}
+
+// TestRedisZombieCannotFinishReapedJob: a consumer whose heartbeat stopped
+// loses its job to the reaper; when it finishes late, its ack, requeue,
+// release and bury all fail with ErrLeaseLost and change nothing: the job
+// is neither acked twice nor duplicated.
+func TestRedisZombieCannotFinishReapedJob(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx := context.Background()
+	zombie := dial(t, url, "zombie", 300*time.Millisecond)
+	zombie.Push(ctx, []byte(`{"job":"z"}`))
+	d, err := zombie.Take(ctx, time.Second)
+	if err != nil || d == nil {
+		t.Fatalf("take: %v %v", d, err)
+	}
+	close(zombie.stop) // paused: no heartbeat
+	<-zombie.done
+	live := dial(t, url, "live", 300*time.Millisecond)
+	var got *Delivery
+	for got == nil {
+		live.lastReap = time.Time{}
+		if got, err = live.Take(ctx, 100*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got.Attempt != 2 {
+		t.Fatalf("reaped job at attempt %d, want 2", got.Attempt)
+	}
+	for name, op := range map[string]func() error{
+		"ack":     func() error { return zombie.Ack(ctx, d) },
+		"requeue": func() error { return zombie.Requeue(ctx, d, errors.New("late")) },
+		"release": func() error { return zombie.Release(ctx, d) },
+		"bury":    func() error { return zombie.Bury(ctx, d, errors.New("late")) },
+	} {
+		if err := op(); !errors.Is(err, ErrLeaseLost) {
+			t.Errorf("zombie %s: %v, want ErrLeaseLost", name, err)
+		}
+	}
+	qn, pn, dn, _ := live.Lengths(ctx)
+	if qn != 0 || pn != 1 || dn != 0 {
+		t.Fatalf("queue %d, live processing %d, dead %d; want 0 1 0", qn, pn, dn)
+	}
+	if err := live.Ack(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := live.c.HLen(ctx, "jobs:attempts").Result(); n != 0 {
+		t.Fatalf("attempts hash keeps %d entries", n)
+	}
+}
+
+// TestRedisDeadLettersRetryAndDrop: the operator lists dead letters,
+// retries one (its exact payload goes back, attempts reset) and drops one.
+func TestRedisDeadLettersRetryAndDrop(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx := context.Background()
+	q := dial(t, url, "c1", 3*time.Second)
+	payloads := []string{"{ \"spaced\": 1 }", "not json"}
+	for _, p := range payloads {
+		q.Push(ctx, []byte(p))
+		d, err := q.Take(ctx, time.Second)
+		if err != nil || d == nil {
+			t.Fatal(d, err)
+		}
+		if err := q.Bury(ctx, d, errors.New("bad "+p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dls, err := q.DeadLetters(ctx)
+	if err != nil || len(dls) != 2 {
+		t.Fatalf("dead letters %+v %v", dls, err)
+	}
+	if err := q.RetryDead(ctx, "0000000000000000"); !errors.Is(err, ErrNoDeadLetter) {
+		t.Fatalf("retry of an unknown id: %v", err)
+	}
+	if err := q.RetryDead(ctx, dls[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.DropDead(ctx, dls[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	d, err := q.Take(ctx, time.Second)
+	if err != nil || d == nil || string(d.Payload) != payloads[0] || d.Attempt != 1 || d.ID != dls[0].ID {
+		t.Fatalf("retried job = %+v %v, want %q back at attempt 1", d, err, payloads[0])
+	}
+	if _, _, dn, _ := q.Lengths(ctx); dn != 0 {
+		t.Fatalf("%d dead letters left", dn)
+	}
+}
+
+// TestRedisCloseLeavesConsumerSet: a consumer that exits holding nothing
+// is removed from the consumer set; one holding a job stays until reaped.
+func TestRedisCloseLeavesConsumerSet(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx := context.Background()
+	idle := dial(t, url, "idle", 3*time.Second)
+	busy := dial(t, url, "busy", 3*time.Second)
+	busy.Push(ctx, []byte("j"))
+	if d, err := busy.Take(ctx, time.Second); err != nil || d == nil {
+		t.Fatal(d, err)
+	}
+	idle.Close()
+	busy.Close()
+	probe := dial(t, url, "", time.Second)
+	got, err := probe.c.SMembers(ctx, "jobs:consumers").Result()
+	if err != nil || len(got) != 1 || got[0] != "busy" {
+		t.Fatalf("consumers = %q %v, want [busy]", got, err)
 	}
 }

@@ -16,12 +16,24 @@ var ErrInterrupted = errors.New("interrupted by shutdown")
 
 // Handler runs one job. It must return promptly (at its next step boundary,
 // after checkpointing) once stop is closed, with ErrInterrupted.
+//
+// What the error says decides the job's fate: nil acknowledges it;
+// ErrInterrupted hands it back uncounted; an error marked Infra (store,
+// queue or disk down) keeps the job leased and runs the handler again after
+// a backoff, never counting an attempt; an error marked Permanent
+// dead-letters it at once; any other error counts a failed attempt.
 type Handler func(ctx context.Context, stop <-chan struct{}, d *Delivery) error
+
+// DeadHook is told about a job before it is dead-lettered, so that what the
+// job held (its backlog claim) is released with the reason. An error marked
+// Infra is retried with backoff; any other error is logged.
+type DeadHook func(ctx context.Context, d *Delivery, cause error) error
 
 // Consumer takes jobs from a queue and runs up to Concurrency at once.
 type Consumer struct {
 	Queue       Queue
 	Handle      Handler
+	OnDead      DeadHook      // may be nil
 	Concurrency int           // default 1
 	Wait        time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
 	// Once takes at most Concurrency jobs (one round) and returns when they
@@ -30,16 +42,47 @@ type Consumer struct {
 	// Grace is how long running jobs get after shutdown begins before their
 	// context is cancelled (default 30s).
 	Grace time.Duration
-	Log   *slog.Logger
+	// BackoffMin and BackoffMax bound the wait between tries while the
+	// queue or the store is down (defaults 200ms and 30s).
+	BackoffMin, BackoffMax time.Duration
+	Log                    *slog.Logger
 }
 
 // Stats counts what a consumer did.
 type Stats struct {
-	Done, Failed, Dead, Released int
+	Done, Failed, Dead, Released, Lost int
+}
+
+// outage logs one line when a dependency starts failing and one when it
+// answers again, not one per try.
+type outage struct {
+	mu   sync.Mutex
+	down map[string]bool
+	log  *slog.Logger
+}
+
+func (o *outage) fail(what string, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.down[what] {
+		o.down[what] = true
+		o.log.Warn(what+" unavailable; retrying with backoff", "err", err)
+	}
+}
+
+func (o *outage) ok(what string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.down[what] {
+		delete(o.down, what)
+		o.log.Info(what + " reachable again")
+	}
 }
 
 // Run consumes until ctx is cancelled (graceful: stop taking, signal running
-// jobs, wait up to Grace) or, with Once, until one round is done.
+// jobs, wait up to Grace) or, with Once, until one round is done. Queue and
+// store outages are waited out with backoff: Run returns an error only for
+// a programming or configuration error, never for an outage.
 func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 	n := c.Concurrency
 	if n <= 0 {
@@ -57,6 +100,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	out := &outage{down: map[string]bool{}, log: log}
 	// Jobs run on a context that outlives ctx by Grace, so that they can
 	// checkpoint and report after a SIGTERM.
 	jobCtx, cancelJobs := context.WithCancel(context.WithoutCancel(ctx))
@@ -83,8 +127,13 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		wg    sync.WaitGroup
 		slots = make(chan struct{}, n)
 		taken int
+		bo    = Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
 	)
-	var firstErr error
+	count := func(f func(*Stats)) {
+		mu.Lock()
+		f(&stats)
+		mu.Unlock()
+	}
 	for {
 		if ctx.Err() != nil || (c.Once && taken >= n) {
 			break
@@ -104,9 +153,14 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 			if ctx.Err() != nil {
 				break
 			}
-			firstErr = err
-			break
+			out.fail("queue", err)
+			if !sleep(ctx, bo.Next()) {
+				break
+			}
+			continue
 		}
+		out.ok("queue")
+		bo.Reset()
 		if d == nil {
 			<-slots
 			if c.Once {
@@ -119,41 +173,122 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-slots }()
-			herr := c.Handle(jobCtx, stop, d)
-			// Finishing bookkeeping must happen even during shutdown.
-			bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case herr == nil:
-				stats.Done++
-				if err := c.Queue.Ack(bctx, d); err != nil {
-					log.Error("ack failed", "job", d.ID, "err", err)
-				}
-			case errors.Is(herr, ErrInterrupted):
-				stats.Released++
-				if err := c.Queue.Release(bctx, d); err != nil {
-					log.Error("release failed", "job", d.ID, "err", err)
-				}
-			default:
-				dead, err := c.Queue.Retry(bctx, d, herr)
-				if err != nil {
-					log.Error("retry failed", "job", d.ID, "err", err)
-				}
-				if dead {
-					stats.Dead++
-					log.Warn("job dead-lettered", "job", d.ID, "attempts", d.Attempt, "err", herr)
-				} else {
-					stats.Failed++
-					log.Warn("job failed; requeued", "job", d.ID, "attempt", d.Attempt, "err", herr)
-				}
-			}
+			c.runJob(jobCtx, stop, d, out, count, log)
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return stats, fmt.Errorf("worker: %w", firstErr)
-	}
 	return stats, nil
+}
+
+// runJob runs one delivery to its end: done, handed back, requeued or
+// dead-lettered. Infrastructure failures are retried with the job leased.
+func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Delivery, out *outage,
+	count func(func(*Stats)), log *slog.Logger) {
+	bo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
+	max := c.Queue.MaxAttempts()
+	var herr error
+	if d.Attempt > max {
+		// Its consumers kept dying while running it: a poison job.
+		herr = Permanent(fmt.Errorf("delivered %d times without finishing (consumers died)", d.Attempt-1))
+	} else {
+		for {
+			herr = c.Handle(jobCtx, stop, d)
+			if !IsInfra(herr) {
+				out.ok("store")
+				break
+			}
+			out.fail("store", herr)
+			if isClosed(stop) {
+				// Shutting down: hand the job back, uncounted.
+				herr = ErrInterrupted
+				break
+			}
+			if !sleep(jobCtx, bo.Next()) {
+				herr = ErrInterrupted
+				break
+			}
+		}
+	}
+	// settle retries a queue operation until it is done, the lease is lost,
+	// or the grace period after a shutdown is over (the job's lease then
+	// runs out and another consumer takes it back).
+	settle := func(what string, op func(context.Context) error) bool {
+		bo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
+		for {
+			err := op(jobCtx)
+			if err == nil {
+				out.ok("queue")
+				return true
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				count(func(s *Stats) { s.Lost++ })
+				log.Warn("job lease lost before "+what+"; another consumer holds it now", "job", d.ID, "err", err)
+				return false
+			}
+			out.fail("queue", err)
+			if !sleep(jobCtx, bo.Next()) {
+				log.Error(what+" abandoned at shutdown; the job returns to the queue when its lease runs out", "job", d.ID, "err", err)
+				return false
+			}
+		}
+	}
+	switch {
+	case herr == nil:
+		if settle("ack", func(ctx context.Context) error { return c.Queue.Ack(ctx, d) }) {
+			count(func(s *Stats) { s.Done++ })
+		}
+	case errors.Is(herr, ErrInterrupted):
+		if settle("release", func(ctx context.Context) error { return c.Queue.Release(ctx, d) }) {
+			count(func(s *Stats) { s.Released++ })
+		}
+	case IsPermanent(herr) || d.Attempt >= max:
+		if c.OnDead != nil {
+			hbo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
+			for {
+				err := c.OnDead(jobCtx, d, herr)
+				if err == nil || !IsInfra(err) {
+					if err != nil {
+						log.Error("releasing a dead job's claim failed", "job", d.ID, "err", err)
+					}
+					break
+				}
+				out.fail("store", err)
+				if !sleep(jobCtx, hbo.Next()) {
+					// The job stays leased and comes back to finish dying.
+					return
+				}
+			}
+			out.ok("store")
+		}
+		if settle("dead-letter", func(ctx context.Context) error { return c.Queue.Bury(ctx, d, herr) }) {
+			count(func(s *Stats) { s.Dead++ })
+			log.Warn("job dead-lettered", "job", d.ID, "attempts", d.Attempt, "err", herr)
+		}
+	default:
+		if settle("requeue", func(ctx context.Context) error { return c.Queue.Requeue(ctx, d, herr) }) {
+			count(func(s *Stats) { s.Failed++ })
+			log.Warn("job failed; requeued", "job", d.ID, "attempt", d.Attempt, "err", herr)
+		}
+	}
+}
+
+// sleep waits for d or ctx; false when ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -153,3 +153,146 @@ func TestParseJobShapes(t *testing.T) {
 		t.Fatalf("seed mapping: %+v %s", j, j.Task)
 	}
 }
+
+// TestConsumerInfraErrorsAreNotAttempts: a handler failing with an
+// infrastructure error (the store is down) keeps its job leased and runs
+// again after a backoff, however often; the attempt is never counted and
+// nothing is dead-lettered. A permanent error dead-letters on the first
+// attempt, telling OnDead the reason.
+func TestConsumerInfraErrorsAreNotAttempts(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", 3*time.Second)
+	q.Push(ctx, []byte(`{"job":"flaky-store"}`))
+	q.Push(ctx, []byte(`{"job":"bad-input"}`))
+	var mu sync.Mutex
+	calls := map[string][]int{} // payload → attempts seen
+	var dead []string
+	c := &Consumer{Queue: q, Concurrency: 2, Wait: 50 * time.Millisecond, BackoffMin: time.Millisecond, BackoffMax: 5 * time.Millisecond,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			mu.Lock()
+			calls[string(d.Payload)] = append(calls[string(d.Payload)], d.Attempt)
+			n := len(calls[string(d.Payload)])
+			mu.Unlock()
+			if string(d.Payload) == `{"job":"bad-input"}` {
+				return Permanent(errors.New("unknown role"))
+			}
+			if n <= 10 { // more failures than MaxAttempts
+				return Infra(errors.New("store: connection refused"))
+			}
+			return nil
+		},
+		OnDead: func(ctx context.Context, d *Delivery, cause error) error {
+			mu.Lock()
+			dead = append(dead, string(d.Payload)+": "+cause.Error())
+			mu.Unlock()
+			return nil
+		}}
+	done := make(chan Stats)
+	go func() { st, _ := c.Run(ctx); done <- st }()
+	waitUntil(t, func() bool {
+		_, pn, dn, _ := q.Lengths(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls[`{"job":"flaky-store"}`]) == 11 && pn == 0 && dn == 1
+	})
+	cancel()
+	st := <-done
+	if st.Done != 1 || st.Dead != 1 || st.Failed != 0 {
+		t.Fatalf("stats %+v, want 1 done, 1 dead, 0 failed", st)
+	}
+	for _, a := range calls[`{"job":"flaky-store"}`] {
+		if a != 1 {
+			t.Fatalf("attempts seen %v: an infrastructure error was counted", calls[`{"job":"flaky-store"}`])
+		}
+	}
+	if n := len(calls[`{"job":"bad-input"}`]); n != 1 {
+		t.Fatalf("bad input ran %d times, want once", n)
+	}
+	if len(dead) != 1 || !strings.Contains(dead[0], "unknown role") {
+		t.Fatalf("OnDead got %q", dead)
+	}
+	dls, _ := q.DeadLetters(context.Background())
+	if len(dls) != 1 || dls[0].Attempts != 1 || !strings.Contains(dls[0].Error, "unknown role") {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
+
+// TestConsumerSurvivesRedisRestart: redis-server is killed and restarted
+// under a running consumer (twice). The consumer does not exit: it waits
+// the outage out, and every job (those queued before the crash survive in
+// the append-only file, those pushed after) is done exactly once.
+func TestConsumerSurvivesRedisRestart(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, srv.URL(), "w1", 2*time.Second)
+	prod := dial(t, srv.URL(), "", time.Second)
+	var mu sync.Mutex
+	ran := map[string]int{}
+	c := &Consumer{Queue: q, Concurrency: 2, Wait: 100 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			time.Sleep(20 * time.Millisecond)
+			mu.Lock()
+			ran[string(d.Payload)]++
+			mu.Unlock()
+			return nil
+		}}
+	done := make(chan error, 1)
+	go func() { _, err := c.Run(ctx); done <- err }()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran)
+	}
+	total := 0
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 10; i++ {
+			for {
+				if err := prod.Push(ctx, []byte(fmt.Sprintf(`{"round":%d,"n":%d}`, round, i))); err == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			total++
+		}
+		if round < 2 {
+			srv.Kill()
+			time.Sleep(300 * time.Millisecond) // the outage
+			select {
+			case err := <-done:
+				t.Fatalf("consumer exited during a Redis outage: %v", err)
+			default:
+			}
+			srv.Start()
+		}
+	}
+	waitUntil(t, func() bool { return count() == total })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for p, n := range ran {
+		if n != 1 {
+			t.Errorf("%s ran %d times", p, n)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds or the test's own deadline is near.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline, ok := t.Deadline()
+	if !ok {
+		deadline = time.Now().Add(10 * time.Minute)
+	} else {
+		deadline = deadline.Add(-10 * time.Second)
+	}
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition never held")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -76,6 +76,10 @@ type Result struct {
 	// files, unsafe names). Review refuses a run that has any.
 	Hazards []Hazard `json:"hazards,omitempty"`
 	Error   string   `json:"error,omitempty"`
+	// Resumable marks a failed run whose cause was outside it (the model
+	// server unreachable or overloaded, the disk): `run-task resume RUN
+	// [--model ALIAS]` continues it. A refusal is never resumable.
+	Resumable bool `json:"resumable,omitempty"`
 }
 
 // Hazard codes: each is also a review refusal code (docs/refusals.md).

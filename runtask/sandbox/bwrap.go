@@ -312,3 +312,8 @@ func inNamespaceAlive(pid int, nsLink string) bool {
 	}
 	return true
 }
+
+// Reachable reports whether this sandbox's uid can reach path (see
+// Options.Reachable): a run checks its worktree base and scratch folder
+// before it starts, not at its first command.
+func (b *bwrapBackend) Reachable(path string) error { return b.opts.Reachable(path) }

@@ -820,3 +820,39 @@ func TestBwrapDirInsideAndMounts(t *testing.T) {
 		}
 	}
 }
+
+// TestBwrapReadOnlyDirs: the base tree's submodule folders are read-only
+// inside the sandbox, so a command cannot plant a repository there
+// directly; what is not a plain folder below the worktree is skipped.
+func TestBwrapReadOnlyDirs(t *testing.T) {
+	sb := bwrapBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	for _, d := range []string{"vendor/lib", "other"} {
+		if err := os.MkdirAll(filepath.Join(wt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/tmp", filepath.Join(wt, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	spec := func(argv ...string) Spec {
+		return Spec{Dir: wt, Argv: argv, Env: []string{testPath}, Timeout: 20 * time.Second,
+			ReadOnlyDirs: []string{"vendor/lib", "linked", "missing/x", "../escape", ".git", "other/../vendor"}}
+	}
+	res, err := sb.Run(context.Background(), spec(et, "mkdir", "vendor/lib/.git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 {
+		t.Fatalf("a repository was made in a read-only submodule folder: %s", res.Output)
+	}
+	if _, err := os.Lstat(filepath.Join(wt, "vendor", "lib", ".git")); err == nil {
+		t.Fatal("vendor/lib/.git exists on the host")
+	}
+	// Everything else stays writable.
+	res, err = sb.Run(context.Background(), spec(et, "mkdir", "other/new"))
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("other/new: %v %s", err, res.Output)
+	}
+}

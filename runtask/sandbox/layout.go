@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -155,7 +156,8 @@ type plan struct {
 	dir, scratch string
 	inside       string // where dir is bound (dir itself by default)
 	mounts       []Mount
-	gitMask      string // "file", "dir" or "absent"
+	gitMask      string   // "file", "dir" or "absent"
+	readOnly     []string // absolute folders inside dir bound read-only
 	env          [][2]string
 	argv         []string
 }
@@ -245,8 +247,34 @@ func makePlan(spec Spec) (plan, error) {
 	default:
 		return p, fmt.Errorf("worktree %s is a %s, not a file or folder: the worktree was tampered with; refusing to run in it", gitPath, fi.Mode().Type())
 	}
+	for _, rel := range spec.ReadOnlyDirs {
+		if abs, ok := plainDirBelow(p.dir, rel); ok {
+			p.readOnly = append(p.readOnly, abs)
+		}
+	}
 	p.argv = spec.Argv
 	return p, nil
+}
+
+// plainDirBelow returns dir/rel when rel is a clean relative path, not
+// through .git, every component of which is a real folder (no link).
+func plainDirBelow(dir, rel string) (string, bool) {
+	if rel == "" || strings.HasPrefix(rel, "/") || path.Clean(rel) != rel || rel == "." || strings.HasPrefix(rel, "../") || rel == ".." ||
+		checkArg("read-only folder", rel) != nil {
+		return "", false
+	}
+	cur := dir
+	for _, c := range strings.Split(rel, "/") {
+		if c == ".git" {
+			return "", false
+		}
+		cur = filepath.Join(cur, c)
+		fi, err := os.Lstat(cur)
+		if err != nil || !fi.IsDir() {
+			return "", false
+		}
+	}
+	return cur, true
 }
 
 // bwrapArgs turns a plan into bubblewrap's options (read from --args FD:
@@ -328,6 +356,14 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 			a = append(a, "--perms", "0000")
 		}
 		a = append(a, "--tmpfs", git, "--remount-ro", git)
+	}
+	// The submodule folders: read-only (nothing can be planted there).
+	for _, d := range p.readOnly {
+		in := d
+		if rel, err := filepath.Rel(p.dir, d); err == nil {
+			in = filepath.Join(p.inside, rel) // where the worktree is inside
+		}
+		a = append(a, "--ro-bind", d, in)
 	}
 
 	// Folders the environment points at.

@@ -22,7 +22,11 @@ func (n *noneBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox none: empty argv")
 	}
-	fmt.Fprintf(n.opts.Warn, "conductor: WARNING: sandbox \"none\": running %q in %s with NO isolation: it can read, write and reach everything this user (uid %d) can\n",
+	warn := spec.Warn
+	if warn == nil {
+		warn = n.opts.Warn
+	}
+	fmt.Fprintf(warn, "conductor: WARNING: sandbox \"none\": running %q in %s with NO isolation: it can read, write and reach everything this user (uid %d) can\n",
 		strings.Join(spec.Argv, " "), spec.Dir, geteuid())
 	path := spec.Argv[0]
 	if !strings.Contains(path, "/") {

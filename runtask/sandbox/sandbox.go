@@ -15,6 +15,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"io"
 	"time"
 )
 
@@ -55,6 +56,18 @@ type Spec struct {
 	// model proxy's socket folder writable. None may be a system folder or
 	// overlap the worktree.
 	Mounts []Mount
+	// ReadOnlyDirs are folders inside Dir (slash-separated, relative) the
+	// command sees read-only: the base tree's submodule (gitlink) folders,
+	// so that a command cannot make a repository there for host git to
+	// enter. One that is not a plain folder below Dir (absent, a link, a
+	// file) is skipped. Defence in depth only: a command can still rename
+	// a parent folder away; the conductor's worktree scan after every
+	// command is the boundary.
+	ReadOnlyDirs []string
+	// Warn receives this command's warnings (the none backend's "NO
+	// isolation"): a run passes its own stderr, which is kept in the run
+	// folder's stderr.txt. Nil: Options.Warn.
+	Warn io.Writer
 }
 
 // Mount is one extra bind of a host path, at the same path inside.

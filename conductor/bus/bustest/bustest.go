@@ -55,6 +55,7 @@ func Run(t *testing.T, open Factory) {
 		{"notes", testNotes},
 		{"claims", testClaims},
 		{"jobs", testJobs},
+		{"job leases", testJobLeases},
 		{"concurrent claims", testConcurrentClaims},
 		{"concurrent takes", testConcurrentTakes},
 		{"concurrent resolves", testConcurrentResolves},
@@ -497,6 +498,29 @@ func testClaims(t *testing.T, s bus.Store, c *Clock) {
 	if ok {
 		t.Fatal("a completed task was claimed again")
 	}
+	// A claim completed as failed (a dead letter) is released: the task
+	// can be claimed again, and the new claim starts clean.
+	must2 := func(ok bool, err error) bool { must(t, err); return ok }
+	if !must2(s.ClaimTask(ctx, "t-2", "r-a")) {
+		t.Fatal("claim of t-2 lost")
+	}
+	must(t, s.CompleteTask(ctx, bus.Completion{TaskID: "t-2", Claimant: "r-a", RunID: "r-a", Outcome: "failed", Reason: "job payload is not JSON"}))
+	cl, err = s.GetClaim(ctx, "t-2")
+	must(t, err)
+	if cl.Completion == nil || cl.Completion.Outcome != "failed" || cl.Completion.Reason != "job payload is not JSON" {
+		t.Fatalf("failed claim = %+v", cl)
+	}
+	if !must2(s.ClaimTask(ctx, "t-2", "r-b")) {
+		t.Fatal("a failed claim was not released")
+	}
+	if must2(s.ClaimTask(ctx, "t-2", "r-c")) {
+		t.Fatal("the retried claim was claimed twice")
+	}
+	cl, err = s.GetClaim(ctx, "t-2")
+	must(t, err)
+	if cl.Claimant != "r-b" || cl.Completion != nil {
+		t.Fatalf("retried claim = %+v", cl)
+	}
 	if _, err := s.ClaimTask(ctx, "", "w1"); err == nil {
 		t.Fatal("claiming an empty task id succeeded")
 	}
@@ -504,7 +528,7 @@ func testClaims(t *testing.T, s bus.Store, c *Clock) {
 
 func testJobs(t *testing.T, s bus.Store, c *Clock) {
 	ctx := context.Background()
-	_, ok, err := s.TakeJob(ctx, "q", "c1")
+	_, ok, err := s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if ok {
 		t.Fatal("took a job from an empty queue")
@@ -520,52 +544,131 @@ func testJobs(t *testing.T, s bus.Store, c *Clock) {
 	}
 	_, err = s.Enqueue(ctx, "other", []byte("x"))
 	must(t, err)
-	j, ok, err := s.TakeJob(ctx, "q", "c1")
+	j, ok, err := s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if !ok || j.ID != jobs[0].ID || string(j.Payload) != `{"n":0}` || j.TakenBy != "c1" || j.Attempts != 0 {
 		t.Fatalf("took %+v, want the oldest job", j)
 	}
 	// Requeue: back in the queue, attempts+1, first again (oldest).
-	must(t, s.FinishJob(ctx, j.ID, true, "flaky"))
-	j, ok, err = s.TakeJob(ctx, "q", "c2")
+	must(t, s.FinishJob(ctx, j.ID, "c1", bus.JobRetry, "flaky"))
+	j, ok, err = s.TakeJob(ctx, "q", "c2", 0)
 	must(t, err)
 	if !ok || j.ID != jobs[0].ID || j.Attempts != 1 || j.TakenBy != "c2" {
 		t.Fatalf("after requeue took %+v", j)
 	}
+	// Only the holder finishes it.
+	wantErr(t, s.FinishJob(ctx, j.ID, "c1", bus.JobDone, ""), bus.ErrConflict)
 	// Success removes it.
-	must(t, s.FinishJob(ctx, j.ID, false, ""))
-	wantErr(t, s.FinishJob(ctx, j.ID, false, ""), bus.ErrNotFound)
+	must(t, s.FinishJob(ctx, j.ID, "c2", bus.JobDone, ""))
+	wantErr(t, s.FinishJob(ctx, j.ID, "c2", bus.JobDone, ""), bus.ErrNotFound)
 	// Failure without requeue: never taken again.
-	j, ok, err = s.TakeJob(ctx, "q", "c1")
+	j, ok, err = s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if !ok || j.ID != jobs[1].ID {
 		t.Fatalf("took %+v, want job 2", j)
 	}
-	must(t, s.FinishJob(ctx, j.ID, false, "gave up"))
-	wantErr(t, s.FinishJob(ctx, j.ID, true, "again"), bus.ErrConflict)
+	must(t, s.FinishJob(ctx, j.ID, "c1", bus.JobDead, "gave up"))
+	wantErr(t, s.FinishJob(ctx, j.ID, "c1", bus.JobRetry, "again"), bus.ErrConflict)
 	// An untaken job cannot be finished.
-	wantErr(t, s.FinishJob(ctx, jobs[2].ID, false, ""), bus.ErrConflict)
-	j, ok, err = s.TakeJob(ctx, "q", "c1")
+	wantErr(t, s.FinishJob(ctx, jobs[2].ID, "c1", bus.JobDone, ""), bus.ErrConflict)
+	j, ok, err = s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if !ok || j.ID != jobs[2].ID {
 		t.Fatalf("took %+v, want job 3", j)
 	}
-	_, ok, err = s.TakeJob(ctx, "q", "c1")
+	_, ok, err = s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if ok {
 		t.Fatal("took a job from a drained queue")
 	}
-	j, ok, err = s.TakeJob(ctx, "other", "c1")
+	j, ok, err = s.TakeJob(ctx, "other", "c1", 0)
 	must(t, err)
 	if !ok || string(j.Payload) != "x" {
 		t.Fatalf("other queue gave %+v", j)
 	}
 	e, err := s.Enqueue(ctx, "q", nil)
 	must(t, err)
-	j, ok, err = s.TakeJob(ctx, "q", "c1")
+	j, ok, err = s.TakeJob(ctx, "q", "c1", 0)
 	must(t, err)
 	if !ok || j.ID != e.ID || j.Payload == nil || len(j.Payload) != 0 {
 		t.Fatalf("empty payload job = %+v", j)
+	}
+	// The dead letter is listed, revived (attempts reset) and taken again.
+	dead, err := s.DeadJobs(ctx, "q")
+	must(t, err)
+	if len(dead) != 1 || dead[0].ID != jobs[1].ID || dead[0].LastError != "gave up" || dead[0].Attempts != 1 || dead[0].DeadAt.IsZero() {
+		t.Fatalf("dead letters = %+v", dead)
+	}
+	must(t, s.ReviveJob(ctx, jobs[1].ID))
+	wantErr(t, s.ReviveJob(ctx, jobs[1].ID), bus.ErrNotFound)
+	j, ok, err = s.TakeJob(ctx, "q", "c1", 0)
+	must(t, err)
+	if !ok || j.ID != jobs[1].ID || j.Attempts != 0 {
+		t.Fatalf("revived job taken as %+v", j)
+	}
+	must(t, s.FinishJob(ctx, j.ID, "c1", bus.JobDead, "again"))
+	wantErr(t, s.DropJob(ctx, jobs[2].ID), bus.ErrNotFound) // taken, not dead
+	must(t, s.DropJob(ctx, jobs[1].ID))
+	dead, err = s.DeadJobs(ctx, "q")
+	must(t, err)
+	if len(dead) != 0 {
+		t.Fatalf("dead letters after drop = %+v", dead)
+	}
+}
+
+// testJobLeases: a job whose lease is not renewed is taken back by another
+// consumer (the lost delivery counted); the old holder can no longer finish
+// it; renewing keeps a lease; a release does not count an attempt.
+func testJobLeases(t *testing.T, s bus.Store, c *Clock) {
+	ctx := context.Background()
+	const lease = time.Minute
+	a, err := s.Enqueue(ctx, "q", []byte("a"))
+	must(t, err)
+	b, err := s.Enqueue(ctx, "q", []byte("b"))
+	must(t, err)
+	j, ok, err := s.TakeJob(ctx, "q", "c1", lease)
+	must(t, err)
+	if !ok || j.ID != a.ID {
+		t.Fatalf("took %+v", j)
+	}
+	j, ok, err = s.TakeJob(ctx, "q", "c1", lease)
+	must(t, err)
+	if !ok || j.ID != b.ID {
+		t.Fatalf("took %+v", j)
+	}
+	c.Advance(lease / 2)
+	n, err := s.RenewJobs(ctx, "q", "c1")
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("renewed %d leases, want 2", n)
+	}
+	c.Advance(lease / 2)
+	if _, ok, err := s.TakeJob(ctx, "q", "c2", lease); err != nil || ok {
+		t.Fatalf("took a renewed job: ok=%v err=%v", ok, err)
+	}
+	// c1 dies: nothing renews; after the lease, c2 takes both back.
+	c.Advance(lease + time.Second)
+	j, ok, err = s.TakeJob(ctx, "q", "c2", lease)
+	must(t, err)
+	if !ok || j.ID != a.ID || j.Attempts != 1 || j.TakenBy != "c2" {
+		t.Fatalf("reclaimed %+v, want job a with the lost delivery counted", j)
+	}
+	// The zombie cannot ack, retry, release or bury what it lost.
+	for _, end := range []bus.JobEnd{bus.JobDone, bus.JobRetry, bus.JobRelease, bus.JobDead} {
+		wantErr(t, s.FinishJob(ctx, a.ID, "c1", end, "late"), bus.ErrConflict)
+	}
+	must(t, s.FinishJob(ctx, a.ID, "c2", bus.JobRelease, ""))
+	j, ok, err = s.TakeJob(ctx, "q", "c3", lease)
+	must(t, err)
+	if !ok || j.ID != a.ID || j.Attempts != 1 {
+		t.Fatalf("after release took %+v, want job a, attempts still 1", j)
+	}
+	// Without a lease, a held job is never taken back.
+	c.Advance(24 * time.Hour)
+	j, ok, err = s.TakeJob(ctx, "q", "c4", 0)
+	must(t, err)
+	if ok {
+		t.Fatalf("took %+v with no lease", j)
 	}
 }
 
@@ -648,7 +751,7 @@ func testConcurrentTakes(t *testing.T, s bus.Store, _ *Clock) {
 		go func() {
 			defer wg.Done()
 			for {
-				j, ok, err := s.TakeJob(ctx, "q", fmt.Sprint("c", w))
+				j, ok, err := s.TakeJob(ctx, "q", fmt.Sprint("c", w), time.Hour)
 				if err != nil {
 					errs <- err
 					return

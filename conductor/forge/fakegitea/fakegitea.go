@@ -10,10 +10,18 @@
 // "token is required"), answers 404 "The target couldn't be found." for
 // missing repositories, branches, pulls and issues, 409 "pull request already
 // exists for these targets [...]" for a duplicate pull request, 422 when head
-// equals base, and marks a pull request draft when its title starts with one
+// equals base, 500 with an empty message for a comment on a missing issue
+// (as Gitea 1.27 does), 403 for every write with the read-only token
+// (Options.ReadToken), 422 for POST .../branches with an empty body (the
+// write probe), and marks a pull request draft when its title starts with one
 // of the work-in-progress prefixes (Gitea's default "WIP:" and "[WIP]",
 // case-insensitive). Every request is recorded (never its Authorization
-// header). It is a test double: it never runs outside tests.
+// header). It is a test double: it never runs outside tests. The real
+// server is in the tests too (testenv.GiteaServer); TestConformance in
+// package forge checks this double's status codes and JSON shapes against
+// it. The double stays for what the real server cannot be made to do: a
+// server before 1.22 without "draft", a development version string, other
+// draft prefixes, counting requests.
 package fakegitea
 
 import (
@@ -44,6 +52,13 @@ type Options struct {
 	// NoDraftField leaves "draft" out of pull request JSON, as servers
 	// before 1.22 do.
 	NoDraftField bool
+	// ReadToken is a valid token with read-only scopes: every write with it
+	// is 403, on the API and on git push, as Gitea answers a token without
+	// write:repository.
+	ReadToken string
+	// CreatePullStatus, when set, is the status every pull request create
+	// answers (fault injection: a server failing after the push).
+	CreatePullStatus int
 }
 
 // Request is one recorded request.
@@ -222,10 +237,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 	}
 	auth, ok := s.authenticate(r)
+	readOnly := strings.HasSuffix(auth, readOnlyMark)
+	auth = strings.TrimSuffix(auth, readOnlyMark)
 	if strings.HasPrefix(r.URL.Path, "/api/v1/") {
-		s.api(sw, r, auth, ok, body)
+		s.api(sw, r, auth, ok, readOnly, body)
 	} else {
-		s.git(sw, r, auth, ok)
+		s.git(sw, r, auth, ok, readOnly)
 	}
 	q := r.URL.Query()
 	q.Del("token")
@@ -270,20 +287,23 @@ func (s *Server) authenticate(r *http.Request) (string, bool) {
 	if scheme == "" {
 		return "", true
 	}
+	if s.opts.ReadToken != "" && cred == s.opts.ReadToken {
+		return scheme + readOnlyMark, true
+	}
 	return scheme, s.opts.Token != "" && cred == s.opts.Token
 }
+
+// readOnlyMark is appended to the scheme authenticate returns for the
+// read-only token (and stripped before it is recorded).
+const readOnlyMark = "+ro"
 
 func (s *Server) apiError(w http.ResponseWriter, status int, msg string, errs ...string) {
 	w.Header().Set("Content-Type", "application/json;charset=utf-8")
 	w.WriteHeader(status)
-	m := map[string]any{"message": msg, "url": s.URL + "/api/swagger"}
-	if status == http.StatusNotFound {
-		if errs == nil {
-			errs = []string{}
-		}
-		m["errors"] = errs
-	}
-	json.NewEncoder(w).Encode(m)
+	// Gitea 1.27 sends only "message" and "url" (older servers added an
+	// "errors" list to a 404; conductor reads neither).
+	_ = errs
+	json.NewEncoder(w).Encode(map[string]any{"message": msg, "url": s.URL + "/api/swagger"})
 }
 
 func (s *Server) notFound(w http.ResponseWriter, errs ...string) {
@@ -296,7 +316,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-func (s *Server) api(w http.ResponseWriter, r *http.Request, auth string, valid bool, body []byte) {
+func (s *Server) api(w http.ResponseWriter, r *http.Request, auth string, valid, readOnly bool, body []byte) {
 	if auth != "" && !valid {
 		s.apiError(w, http.StatusUnauthorized, "user does not exist [uid: 0, name: ]")
 		return
@@ -324,9 +344,35 @@ func (s *Server) api(w http.ResponseWriter, r *http.Request, auth string, valid 
 		s.apiError(w, http.StatusUnauthorized, "token is required")
 		return
 	}
+	if write && readOnly {
+		s.apiError(w, http.StatusForbidden, "token does not have at least one of required scope(s): [write:repository]")
+		return
+	}
 	switch {
 	case len(rest) == 0 && r.Method == http.MethodGet:
-		writeJSON(w, 200, s.repoJSON(repo))
+		m := s.repoJSON(repo)
+		if signedIn {
+			// The user's permission: a read-only token scope does not
+			// change it (the write probe above catches that).
+			m["permissions"] = map[string]bool{"admin": true, "push": true, "pull": true}
+		}
+		writeJSON(w, 200, m)
+	case len(rest) == 1 && rest[0] == "branches" && r.Method == http.MethodPost:
+		// Creating a branch: the scope and write permission are checked
+		// before the body, as in Gitea; conductor sends an empty body to
+		// ask "may this token push?" (422 yes, 403 no, 423 archived).
+		if repo.Archived {
+			s.apiError(w, http.StatusLocked, "repo is archived")
+			return
+		}
+		var form struct {
+			New string `json:"new_branch_name"`
+		}
+		if json.Unmarshal(body, &form) != nil || form.New == "" {
+			s.apiError(w, http.StatusUnprocessableEntity, "[NewBranchName]: Required")
+			return
+		}
+		s.apiError(w, http.StatusNotImplemented, "fakegitea: creating branches is not implemented")
 	case len(rest) >= 2 && rest[0] == "branches" && r.Method == http.MethodGet:
 		name := strings.Join(rest[1:], "/")
 		sha, ok := s.branchSHA(repo, name)
@@ -385,7 +431,8 @@ func (s *Server) api(w http.ResponseWriter, r *http.Request, auth string, valid 
 		n, _ := strconv.ParseInt(rest[1], 10, 64)
 		is := repo.issues[n]
 		if is == nil {
-			s.notFound(w)
+			// As Gitea 1.27 does: 500 with an empty message, not 404.
+			s.apiError(w, http.StatusInternalServerError, "")
 			return
 		}
 		var c struct {
@@ -515,6 +562,10 @@ func (s *Server) listPulls(w http.ResponseWriter, r *http.Request, repo *Repo) {
 }
 
 func (s *Server) createPull(w http.ResponseWriter, repo *Repo, body []byte) {
+	if st := s.opts.CreatePullStatus; st != 0 {
+		s.apiError(w, st, "fakegitea: injected failure")
+		return
+	}
 	if repo.Archived {
 		s.apiError(w, http.StatusLocked, fmt.Sprintf("repo is archived: %s/%s", repo.Owner, repo.Name))
 		return
@@ -566,7 +617,7 @@ func (s *Server) createPull(w http.ResponseWriter, repo *Repo, body []byte) {
 // git serves /{owner}/{repo}.git/... over smart HTTP with git http-backend
 // for repositories backed by a bare repository. Pushing needs the token
 // (Basic auth, the token as password, as Gitea accepts).
-func (s *Server) git(w http.ResponseWriter, r *http.Request, auth string, valid bool) {
+func (s *Server) git(w http.ResponseWriter, r *http.Request, auth string, valid, readOnly bool) {
 	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 3)
 	if len(parts) < 3 || !strings.HasSuffix(parts[1], ".git") {
 		http.NotFound(w, r)
@@ -583,6 +634,10 @@ func (s *Server) git(w http.ResponseWriter, r *http.Request, auth string, valid 
 	if auth != "" && !valid || push && auth == "" {
 		w.Header().Set("WWW-Authenticate", `Basic realm="Gitea"`)
 		http.Error(w, "Unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if push && readOnly {
+		http.Error(w, "Forbidden", http.StatusForbidden)
 		return
 	}
 	execPath, err := exec.Command("git", "--exec-path").Output()

@@ -22,7 +22,7 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 // ScriptCmd is the testscript command "fakegitea":
 //
-//	fakegitea start [-token T] [-version V] [-wip PREFIX]... [-no-draft-field]
+//	fakegitea start [-token T] [-ro-token T] [-version V] [-wip PREFIX]... [-no-draft-field]
 //	                [-repo OWNER/NAME[=BAREDIR]]... [-default BRANCH] [-private]
 //	                [-issue OWNER/NAME:TITLE]...
 //	    starts a server and sets GITEA_URL (and FAKEGITEA_URL) in the script's
@@ -98,6 +98,7 @@ func start(ts *testscript.TestScript, args []string) {
 	var o Options
 	var repos, issues, wips multi
 	fs.StringVar(&o.Token, "token", "", "the valid token")
+	fs.StringVar(&o.ReadToken, "ro-token", "", "a valid token with read-only scopes (writes are 403)")
 	fs.StringVar(&o.Version, "version", "", "version string")
 	fs.BoolVar(&o.NoDraftField, "no-draft-field", false, "omit draft from pull request JSON")
 	fs.Var(&wips, "wip", "work-in-progress prefix (repeatable)")

@@ -91,6 +91,14 @@ func main() {
 	case "mkfifo":
 		need(1)
 		err = syscall.Mkfifo(args[0], 0o644)
+	case "socket":
+		// A unix socket file left in place (a net listener would
+		// unlink it on close).
+		need(1)
+		var fd int
+		if fd, err = syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0); err == nil {
+			err = syscall.Bind(fd, &syscall.SockaddrUnix{Name: args[0]})
+		}
 	case "link":
 		need(2)
 		err = os.Link(args[0], args[1])
@@ -171,7 +179,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|env|connect|spew|forkbomb|orphans|linger|fds|syscalls|kill|keys|id ...")
+	fmt.Fprintln(os.Stderr, "usage: escapetool read|write|mkdir|symlink|link|fill|mkfifo|socket|env|connect|spew|forkbomb|orphans|linger|fds|syscalls|kill|keys|id ...")
 	os.Exit(2)
 }
 
