@@ -36,6 +36,9 @@ type deps struct {
 	Stdout    io.Writer
 	Stderr    io.Writer
 	RawStdout io.Writer
+	// RawStderr is stderr as it is, for conductor's own terminal control
+	// (the progress line's carriage return); nil means Stderr.
+	RawStderr io.Writer
 	Log       *slog.Logger
 	Now       func() time.Time
 	Getenv    func(string) string
@@ -101,6 +104,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Stdout:    termtext.Writer(stdout),
 		Stderr:    termtext.Writer(stderr),
 		RawStdout: stdout,
+		RawStderr: stderr,
 		Now:       time.Now,
 		Getenv:    os.Getenv,
 	}

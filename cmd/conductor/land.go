@@ -38,6 +38,7 @@ func newLandCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
 			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
 			&cli.Int64Flag{Name: "close-issue", Usage: "after landing, comment the landed SHA on forge issue `N` and close it (default: the decision's issue, if any; GITEA_URL/GITEA_TOKEN)"},
@@ -74,7 +75,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	sb, err := gateSandbox(c)
+	sb, err := gateSandboxFor(c.String("sandbox"), len(pol.Landing().Gate()) > 0, d, c.Bool("json") || c.Bool("quiet"))
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,7 @@ func newReviewCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "reviewer", Usage: "who reviews (recorded with the verdict)", EnvVars: []string{"CONDUCTOR_REVIEWER"}},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
+			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			// For --redispatch (as run-task run).
 			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's, else $CONDUCTOR_MODEL)"},
 			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, docker, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
@@ -129,7 +130,7 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return fmt.Errorf("review: %w", err)
 	}
 	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
-	sb, err := gateSandbox(c)
+	sb, err := gateSandboxFor(c.String("sandbox"), true, d, c.Bool("json") || c.Bool("quiet"))
 	if err != nil {
 		return err
 	}
@@ -159,16 +160,6 @@ func reviewAction(c *cli.Context, d *deps) error {
 		return reviewRedispatch(c, d, dir, res, rep.FollowUp(c.String("request-changes")))
 	}
 	return nil
-}
-
-// gateSandbox is the --sandbox backend for review checks and landing gates;
-// nil (the flag unset) lets them take the default, bubblewrap. A named
-// backend that cannot run here is refused, never replaced.
-func gateSandbox(c *cli.Context) (sandbox.Sandbox, error) {
-	if c.String("sandbox") == "" {
-		return nil, nil
-	}
-	return openSandbox(c.String("sandbox"), "")
 }
 
 // openSandbox opens a named backend; one that cannot run here is a refusal

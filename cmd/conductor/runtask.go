@@ -28,6 +28,7 @@ func runTaskFlags() []cli.Flag {
 		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
 		&cli.BoolFlag{Name: "json", Usage: "print JSONL progress events on stdout, the last one holding the result"},
 		&cli.BoolFlag{Name: "progress", Usage: "print a progress line per step on stderr even when it is not a terminal"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines, even on a terminal"},
 		&cli.BoolFlag{Name: "keep-worktree", Usage: "keep the worktree after the run (it stays with the session)"},
 	}
 }
@@ -116,6 +117,7 @@ func runTaskOptions(c *cli.Context, d *deps) (runtask.Options, error) {
 	switch {
 	case opts.JSON:
 		opts.Events = d.Stdout
+	case c.Bool("quiet"):
 	case c.Bool("progress") || isTerminal(d.Stderr):
 		opts.Events = d.Stderr
 	}
