@@ -7,14 +7,15 @@ FUZZTIME ?= 10s
 
 PI_DIR  ?= /opt/conductor/pi
 PI_VERSION := 0.73.1
+STATICCHECK := v0.8.2
 
 .PHONY: build test test-short escape-load fuzz bench bench-short demo lint soak soak-queue pi man screenshots help
 
 build: ## build bin/conductor
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/conductor
 
-test: ## vet, run every test (real git, redis-server, PostgreSQL, bubblewrap), short fuzz and bench smoke runs
-	$(GO) vet ./...
+test: ## lint, run every test (real git, redis-server, PostgreSQL, bubblewrap, Gitea, pi, Chromium), short fuzz and bench smoke runs
+	$(MAKE) --no-print-directory lint
 	$(GO) test -count=1 -timeout 20m ./...
 	$(MAKE) --no-print-directory escape-load
 	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
@@ -68,9 +69,10 @@ screenshots: ## drive mission control (conductor serve) in headless Chromium and
 	mkdir -p docs/img
 	CONDUCTOR_SCREENSHOTS=$(CURDIR)/docs/img $(GO) test -count=1 -run '^TestBrowser$$' -timeout 5m ./conductor/web
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (part of make test)
 	@test -z "$$(gofmt -l . | tee /dev/stderr)" || (echo "gofmt: files above need formatting" >&2; exit 1)
 	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK) ./...
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'

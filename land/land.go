@@ -474,7 +474,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 	if errors.Is(err, bus.ErrNotFound) {
 		return out, policy.Refuse("no-approval",
 			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
-			fmt.Sprintf("review the run first: conductor review RUN --approve"))
+			"review the run first: conductor review RUN --approve")
 	}
 	if err != nil {
 		return out, fmt.Errorf("read verdict: %w", err)

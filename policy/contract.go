@@ -73,7 +73,11 @@ type RoleContract struct {
 	Write           *WriteRules `json:"write,omitempty"`
 	Env             []string    `json:"env,omitempty"`
 	Sandbox         string      `json:"sandbox"`
-	Limits          Limits      `json:"limits"`
+	// Runtime is who drives the role's sessions: "builtin" (default, the
+	// conductor's tool loop) or "pi" (the pi agent); a task's own runtime
+	// wins.
+	Runtime string `json:"runtime,omitempty"`
+	Limits  Limits `json:"limits"`
 }
 
 // WriteRules say which worktree paths a role may write: a path must match an
@@ -318,6 +322,9 @@ func (r *Role) SandboxBackend() string {
 	}
 	return r.c.Sandbox
 }
+
+// Runtime is the role's worker runtime ("" = the task's, else builtin).
+func (r *Role) Runtime() string { return r.c.Runtime }
 
 // MaxSteps is the step limit; 0 means the worker's default.
 func (r *Role) MaxSteps() int { return r.c.Limits.MaxSteps }

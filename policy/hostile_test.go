@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -349,5 +351,30 @@ func TestLoadRepoFiles(t *testing.T) {
 	}
 	if _, err := policy.LoadRepoFiles(roles.FS, map[string][]byte{"implementer.json": []byte(`{"sandbox": "none"}`)}, "HEAD:roles"); err == nil {
 		t.Error("sandbox none from a commit loaded")
+	}
+}
+
+func TestRoleRuntime(t *testing.T) {
+	for _, tc := range []struct{ runtime, problem string }{{"", ""}, {"builtin", ""}, {"pi", ""}, {"claude", `unknown runtime "claude"`}} {
+		dir := t.TempDir()
+		body := `{"contractVersion": 1, "role": "r", "harness": "code", "systemPrompt": "x", "tools": ["read_file"], "sandbox": "bwrap", "limits": {}` +
+			map[bool]string{true: `, "runtime": "` + tc.runtime + `"`, false: ""}[tc.runtime != ""] + `}`
+		if err := os.WriteFile(filepath.Join(dir, "r.json"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pol, err := policy.Load(roles.FS, dir)
+		if tc.problem != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("%s: err %v", tc.runtime, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := pol.Role("r")
+		if err != nil || r.Runtime() != tc.runtime {
+			t.Fatalf("%s: %v %q", tc.runtime, err, r.Runtime())
+		}
 	}
 }

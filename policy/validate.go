@@ -163,6 +163,11 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	default:
 		c.bad("sandbox", "unknown sandbox %q (want bwrap, docker, none or auto)", r.Sandbox)
 	}
+	switch r.Runtime {
+	case "", "builtin", "pi":
+	default:
+		c.bad("runtime", "unknown runtime %q (want builtin or pi)", r.Runtime)
+	}
 	if r.Limits.MaxSteps < 0 {
 		c.bad("limits.maxSteps", "must not be negative")
 	}

@@ -160,6 +160,7 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 		// not know max_completion_tokens.
 		creq.MaxCompletionTokens = c.spec.MaxTokens
 	} else {
+		//lint:ignore SA1019 local OpenAI-compatible servers read max_tokens, not max_completion_tokens
 		creq.MaxTokens = c.spec.MaxTokens
 	}
 	resp, err := c.api.CreateChatCompletion(ctx, creq)

@@ -1,14 +1,18 @@
 package runtask
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
 // notePrefix introduces an operator note in the conversation.
@@ -39,6 +43,11 @@ func (r *runner) deliverNotes(ctx context.Context) {
 			}
 			r.transcript(transcriptLine{Type: lineNote, Step: st.Step + 1, NoteID: n.ID, Text: n.Text})
 			r.ev.emit(Event{Event: "note", Time: r.now(), RunID: st.RunID, Step: st.Step + 1, Text: fmt.Sprintf("note %d delivered", n.ID)})
+		} else if !r.transcriptHasNote(n.ID) {
+			// In the conversation but still pending: a crash came between
+			// the state's save and the transcript line. The model has it;
+			// the transcript gets it now, once.
+			r.transcript(transcriptLine{Type: lineNote, Step: st.Step + 1, NoteID: n.ID, Text: n.Text})
 		}
 		err := r.opts.Store.MarkNoteDelivered(ctx, n.ID, st.Step+1)
 		if errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrNotFound) {
@@ -47,4 +56,23 @@ func (r *runner) deliverNotes(ctx context.Context) {
 		}
 		r.storeResult(err, fmt.Sprintf("mark note %d delivered", n.ID))
 	}
+}
+
+// transcriptHasNote reports whether the run's transcript records note id
+// (read only on the rare path of a note delivered but not yet marked).
+func (r *runner) transcriptHasNote(id int64) bool {
+	f, err := os.Open(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	for sc.Scan() {
+		var l transcriptLine
+		if json.Unmarshal(sc.Bytes(), &l) == nil && l.Type == lineNote && l.NoteID == id {
+			return true
+		}
+	}
+	return false
 }

@@ -305,3 +305,28 @@ func TestPiRuntimeEscapes(t *testing.T) {
 		t.Errorf("pi's background commands outlived the round: %v", pids)
 	}
 }
+
+func TestRolePicksRuntime(t *testing.T) {
+	// A role that says "runtime": "pi" makes its tasks pi tasks (here: no
+	// pi installed, so refused before anything is created).
+	dir := t.TempDir()
+	writeHostFile(t, filepath.Join(dir, "pi-coder.json"), `{"contractVersion": 1, "role": "pi-coder", "harness": "code", "systemPrompt": "x",
+		"tools": ["read_file"], "sandbox": "bwrap", "runtime": "pi", "limits": {}}`, 0o644)
+	pol, err := policy.Load(roles.FS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := pol.Role("pi-coder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	task := runtask.Task{TaskVersion: 1, ID: "t-role-pi", Prompt: "x", Workspace: "w",
+		Capabilities: runtask.Capabilities{Tools: []string{"read"}}, Session: "s", TimeoutSeconds: 60}
+	_, err = runtask.Run(context.Background(), runtask.Options{Task: task, Role: role, Repo: t.TempDir(),
+		Config: conductor.Config{DataRoot: data, PiDir: filepath.Join(data, "no-pi")}})
+	var ref *policy.Refusal
+	if !errors.As(err, &ref) || ref.Code != "runtime-unavailable" {
+		t.Fatalf("err %v", err)
+	}
+}

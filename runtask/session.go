@@ -193,6 +193,10 @@ func newRunner(opts Options) (*runner, error) {
 			"role %s allows none of the task's tools (%s)", opts.Role.Name(), strings.Join(r.task.Tools(), ", "))
 	}
 	r.stopText = strings.Join(denied, ", ")
+	// The task picks the runtime, else its role; the run records which.
+	if rr, ok := opts.Role.(interface{ Runtime() string }); ok && r.task.Runtime == "" {
+		r.task.Runtime = rr.Runtime()
+	}
 	if r.task.Runtime == RuntimePi {
 		// Before anything is created: a run that cannot start leaves nothing.
 		install, err := checkRuntime(r.task.Runtime, r.cfg.PiDir)

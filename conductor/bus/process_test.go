@@ -158,7 +158,6 @@ func TestProcessesClaimEmbedded(t *testing.T) {
 	type proc struct {
 		cmd         *exec.Cmd
 		out, stderr strings.Builder
-		stdin       *os.File
 	}
 	var ps []*proc
 	var starts []*os.File

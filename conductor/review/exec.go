@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/conductor-dev/conductor/patch"
@@ -203,32 +202,6 @@ func (c *checker) run(dir string, argv []string, timeout time.Duration) cmdResul
 		r.exitCode, r.startErr = -1, fmt.Errorf("%s: %w", argv[0], err)
 	}
 	return r
-}
-
-// tailBuffer keeps the last max bytes written to it. It is safe for the
-// concurrent writes of a command's stdout and stderr copiers.
-type tailBuffer struct {
-	mu      sync.Mutex
-	max     int
-	buf     []byte
-	dropped bool
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
-		t.dropped = true
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
 
 // tailBytes returns about the last n bytes of s, cut at a line start.

@@ -201,7 +201,7 @@ func testCheckpoints(t *testing.T, s bus.Store, c *Clock) {
 	}
 	other, err := s.LatestCheckpoint(ctx, "r-other")
 	must(t, err)
-	if other.Step != 9 || other.Files == nil || len(other.Files) != 0 || other.History != nil && len(other.History) != 0 {
+	if other.Step != 9 || other.Files == nil || len(other.Files) != 0 || len(other.History) != 0 {
 		t.Fatalf("other run's checkpoint = %+v", other)
 	}
 	if err := s.PutCheckpoint(ctx, bus.Checkpoint{RunID: "r-1", Step: 4, History: []byte("{not json")}); err == nil {
