@@ -140,9 +140,14 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 		return out, fmt.Errorf("land %q: %w", o.DecisionID, verr)
 	}
 	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
+		if o.Sandbox == nil {
+			// The one made here is ours to release (a docker backend's
+			// container); one passed in is the caller's.
+			defer func() { _ = sandbox.Close(o.Sandbox) }()
+		}
 		if o.Sandbox, err = sandbox.ForGate(o.Sandbox); err != nil {
 			err = policy.Refusef("sandbox-unavailable",
-				"install bubblewrap (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
+				"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
 				"the gate runs worker-written code and no sandbox works here: %v", err)
 		}
 	}

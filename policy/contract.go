@@ -46,9 +46,10 @@ func CanonicalTool(name string) (string, bool) {
 
 // Sandbox backends a contract may name.
 const (
-	SandboxBwrap = "bwrap"
-	SandboxNone  = "none"
-	SandboxAuto  = "auto"
+	SandboxBwrap  = "bwrap"
+	SandboxDocker = "docker"
+	SandboxNone   = "none"
+	SandboxAuto   = "auto"
 )
 
 // Harness kinds.
@@ -314,7 +315,7 @@ func (r *Role) MayWrite(p string) bool { return r.CheckWrite(p) == nil }
 // commands (beyond the worker's fixed base).
 func (r *Role) EnvAllowlist() []string { return slices.Clone(r.c.Env) }
 
-// SandboxBackend is "bwrap", "none" or "auto".
+// SandboxBackend is "bwrap", "docker", "none" or "auto".
 func (r *Role) SandboxBackend() string {
 	if r.c.Sandbox == "" {
 		return SandboxAuto

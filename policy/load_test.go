@@ -150,7 +150,7 @@ func TestLoadFSEdgeCases(t *testing.T) {
 		{"top-level array", fstest.MapFS{"reviewer.json": {Data: []byte(`[]`)}}, "want a JSON object at the top level"},
 		{"trailing data", fstest.MapFS{"reviewer.json": {Data: []byte(`{} {}`)}}, "trailing data"},
 		{"empty file", fstest.MapFS{"reviewer.json": {Data: nil}}, "empty file"},
-		{"bad sandbox", fstest.MapFS{"reviewer.json": {Data: []byte(`{"sandbox":"docker"}`)}}, `unknown sandbox "docker"`},
+		{"bad sandbox", fstest.MapFS{"reviewer.json": {Data: []byte(`{"sandbox":"podman"}`)}}, `unknown sandbox "podman"`},
 		{"negative limit", fstest.MapFS{"reviewer.json": {Data: []byte(`{"limits":{"maxSteps":-1}}`)}}, "limits.maxSteps: must not be negative"},
 		{"memory too small", fstest.MapFS{"implementer.json": {Data: []byte(`{"limits":{"memoryBytes":1048576}}`)}}, "limits.memoryBytes: 1048576"},
 		{"memory negative", fstest.MapFS{"implementer.json": {Data: []byte(`{"limits":{"memoryBytes":-1}}`)}}, "limits.memoryBytes: -1"},

@@ -106,7 +106,7 @@ func TestSchemaAndPolicyAgree(t *testing.T) {
 			m["commands"] = []any{[]any{"make", "docs"}}
 		}, false},
 		{"review harness writes", "reviewer.json", func(m map[string]any) { m["tools"] = []any{"read_file", "write_file"} }, false},
-		{"bad sandbox", "reviewer.json", func(m map[string]any) { m["sandbox"] = "docker" }, false},
+		{"bad sandbox", "reviewer.json", func(m map[string]any) { m["sandbox"] = "podman" }, false},
 		{"negative limit", "reviewer.json", func(m map[string]any) { m["limits"] = map[string]any{"maxSteps": -1} }, false},
 		{"version 2", "reviewer.json", func(m map[string]any) { m["contractVersion"] = 2 }, false},
 		{"gate without timeout", "conductor-policy.json", func(m map[string]any) {

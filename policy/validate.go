@@ -159,9 +159,9 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 		seenEnv[e] = true
 	}
 	switch r.Sandbox {
-	case "", SandboxBwrap, SandboxNone, SandboxAuto:
+	case "", SandboxBwrap, SandboxDocker, SandboxNone, SandboxAuto:
 	default:
-		c.bad("sandbox", "unknown sandbox %q (want bwrap, none or auto)", r.Sandbox)
+		c.bad("sandbox", "unknown sandbox %q (want bwrap, docker, none or auto)", r.Sandbox)
 	}
 	switch r.Runtime {
 	case "", "builtin", "pi":

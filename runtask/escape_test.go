@@ -33,6 +33,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
@@ -43,6 +44,10 @@ import (
 
 // escapeEnv is the host side of the suite.
 type escapeEnv struct {
+	// gate is the sandbox review and land are given; nil: their default
+	// (auto). The docker suites give them the worker's backend.
+	gate    sandbox.Sandbox
+	backend string // the sandbox backend of the worker's commands
 	root    string // world-traversable folder holding everything below
 	toolDir string // read-only inside the sandbox: the hostile program
 	tool    string
@@ -79,7 +84,11 @@ func escapeSecrets() map[string]string {
 	}
 }
 
-func newEscapeEnv(t *testing.T) *escapeEnv {
+func newEscapeEnv(t *testing.T) *escapeEnv { return newEscapeEnvFor(t, sandbox.BackendBwrap) }
+
+// newEscapeEnvFor is newEscapeEnv with the commands in backend: bwrap, or
+// docker on the private dockerd testenv starts.
+func newEscapeEnvFor(t *testing.T, backend string) *escapeEnv {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is required")
@@ -188,9 +197,10 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 	// allowlist and denied arguments), plus the hostile program, a short
 	// command timeout. (A contract that lists a credential name is refused
 	// when it loads; the policy tests cover that.)
+	e.backend = backend
 	e.pol, e.role = escapeRole(t, e)
 
-	// The sandbox: bwrap only. A small process limit so the fork bomb ends
+	// The sandbox: bwrap (or docker). A small process limit so the fork bomb ends
 	// fast; the hostile program's folder read-only.
 	opts := sandbox.Options{MaxProcs: 256, OutputKillLimit: 32 << 20, ReadOnly: []string{e.toolDir}}
 	if os.Getuid() == 0 {
@@ -200,14 +210,27 @@ func newEscapeEnv(t *testing.T) *escapeEnv {
 		uid := 64999
 		opts.UID, opts.GID = &uid, &uid
 	}
-	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, opts)
+	if backend == sandbox.BackendDocker {
+		// The same process limit, as the container's pids limit.
+		opts.Docker = sandbox.DockerOptions{Host: testenv.Docker(t), PidsLimit: 256}
+		t.Cleanup(testenv.StopDocker)
+	}
+	sb, err := sandbox.NewWithOptions(backend, opts)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("the escape suite needs the bwrap sandbox in CI: %v", err)
+			t.Fatalf("the escape suite needs the %s sandbox in CI: %v", backend, err)
 		}
-		t.Skipf("bwrap sandbox not available here: %v", err)
+		t.Skipf("%s sandbox not available here: %v", backend, err)
 	}
+	t.Cleanup(func() {
+		if err := sandbox.Close(sb); err != nil {
+			t.Errorf("release the sandbox: %v", err)
+		}
+	})
 	e.sb = sb
+	if backend == sandbox.BackendDocker {
+		e.gate = sb
+	}
 	return e
 }
 
@@ -231,7 +254,7 @@ func escapeRoleTimeout(t *testing.T, e *escapeEnv, seconds int) (*policy.Policy,
 	c.Schema = ""
 	c.Role = "escaper"
 	c.Commands = append(c.Commands, []string{e.tool})
-	c.Sandbox = "bwrap"
+	c.Sandbox = e.backend
 	c.Limits.CommandTimeoutSeconds = seconds
 	c.Limits.MaxSteps = 30
 	dir := mkdir(t, e.root, "roles", 0o755)
@@ -404,7 +427,7 @@ func (e *escapeEnv) reviewAndLand(t *testing.T, a attempt, o *outcome) {
 			}
 		}
 	}
-	ropts := review.Options{Policy: e.pol, RunDir: runrec.Dir(o.runDir), Getenv: e.getenv,
+	ropts := review.Options{Sandbox: e.gate, Policy: e.pol, RunDir: runrec.Dir(o.runDir), Getenv: e.getenv,
 		ScratchDir: mkdir(t, e.root, "review-scratch", 0o755), Out: io.Discard}
 	if a.land {
 		st, err := bus.Open(ctx, bus.Options{DataRoot: e.data})
@@ -422,7 +445,7 @@ func (e *escapeEnv) reviewAndLand(t *testing.T, a attempt, o *outcome) {
 		if _, err := st.ResolveDecision(ctx, rep.Decision.ID, "merge", "escape-suite"); err != nil {
 			t.Fatal(err)
 		}
-		out, err := land.Run(ctx, land.Options{Store: st, Rules: e.pol.Landing(), DecisionID: rep.Decision.ID,
+		out, err := land.Run(ctx, land.Options{Sandbox: e.gate, Store: st, Rules: e.pol.Landing(), DecisionID: rep.Decision.ID,
 			DataRoot: e.data, Getenv: e.getenv, Out: io.Discard})
 		o.landed, o.landErr = &out, err
 		afterStage("land")
@@ -525,8 +548,14 @@ func (e *escapeEnv) escapes(t *testing.T, a attempt, o *outcome) []string {
 // TestEscapeSuite plays every attempt a worker can make from inside its
 // session: files, environment, network, .git, argv injection, resources.
 // The conductor extracts each run's patch as it always does.
-func TestEscapeSuite(t *testing.T) {
-	e := newEscapeEnv(t)
+func TestEscapeSuite(t *testing.T) { escapeSuite(t, sandbox.BackendBwrap) }
+
+// TestEscapeSuiteDocker plays the same attempts with the docker backend
+// (one container for the suite's worktree, on a private dockerd).
+func TestEscapeSuiteDocker(t *testing.T) { escapeSuite(t, sandbox.BackendDocker) }
+
+func escapeSuite(t *testing.T, backend string) {
+	e := newEscapeEnvFor(t, backend)
 	tool := e.tool
 	m := e.marker
 	addr := e.ln.Addr().String()
@@ -659,8 +688,16 @@ func TestEscapeSuite(t *testing.T) {
 // a worktree whose .git was replaced by a hostile repository, a nested
 // repository, and code the review's checks and gate and the landing's gate
 // run. Nothing of it may run on the host.
-func TestEscapeSuiteReviewAndLand(t *testing.T) {
-	e := newEscapeEnv(t)
+func TestEscapeSuiteReviewAndLand(t *testing.T) { escapeSuiteReviewAndLand(t, sandbox.BackendBwrap) }
+
+// TestEscapeSuiteReviewAndLandDocker plays them with the docker backend
+// running the worker's commands and the review's and landing's gates.
+func TestEscapeSuiteReviewAndLandDocker(t *testing.T) {
+	escapeSuiteReviewAndLand(t, sandbox.BackendDocker)
+}
+
+func escapeSuiteReviewAndLand(t *testing.T, backend string) {
+	e := newEscapeEnvFor(t, backend)
 	tool := e.tool
 	m := e.marker
 

@@ -678,6 +678,10 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 	}
 	var head string
 	switch {
+	case res.Outcome == sandbox.OutcomePidsExceeded && res.TimedOut:
+		head = fmt.Sprintf("command hit the sandbox's process limit and timed out after %s (killed with everything it started): start fewer processes\n", tb.lim.CommandTimeout)
+	case res.Outcome == sandbox.OutcomePidsExceeded:
+		head = fmt.Sprintf("command failed at the sandbox's process limit (exit status %d): start fewer processes\n", res.ExitCode)
 	case res.TimedOut || res.Outcome == sandbox.OutcomeTimeout:
 		head = fmt.Sprintf("command timed out after %s (killed with everything it started)\n", tb.lim.CommandTimeout)
 	case res.OutputExceeded || res.Outcome == sandbox.OutcomeOutputExceeded:

@@ -40,17 +40,21 @@ bubblewrap installed, prlimit installed, the unprivileged user commands run as w
 the conductor is root, user namespaces allowed, network isolation, the seccomp filter,
 the limits, the memory limit (RLIMIT_DATA per process, or a delegated cgroup v2 folder's
 memory.max per command, and why not), and whether the sandbox user can reach the worktree base and the scratch
-folders; none (no isolation, only when asked for by name); docker (not built; reports
-whether an engine answers).
+folders; none (no isolation, only when asked for by name); docker (the docker CLI, the
+engine at DOCKER_HOST and its version, rootless or not, Docker's seccomp profile, the
+limits, and a real command in a job's container with its limits applied).
 
-Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap) works,
+Exit status 0 when the backend runs will use (--sandbox, default auto = bwrap, else docker) works,
 1 when it does not: a run demanding it would be refused.
 
 Environment: WORKER_SANDBOX (backend, as for run-task), WORKER_WORKTREE_BASE,
 CONDUCTOR_SANDBOX_UID (UID[:GID] commands run as when the conductor is root; default
 65534), CONDUCTOR_SANDBOX_MAX_PROCS, CONDUCTOR_SANDBOX_MAX_MEMORY (bytes, or 512M, 2G;
 default 1 GiB), CONDUCTOR_SANDBOX_CGROUP (a delegated cgroup v2 folder), CONDUCTOR_SANDBOX_RO_PATHS
-(extra read-only folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap). See docs/security.md.
+(extra read-only folders, colon-separated), CONDUCTOR_BWRAP (path of bwrap); for docker: DOCKER_HOST,
+CONDUCTOR_DOCKER_IMAGE (an operator's image), CONDUCTOR_DOCKER_MEMORY (default 2G),
+CONDUCTOR_DOCKER_CPUS (default 2), CONDUCTOR_DOCKER_PIDS (default the process limit),
+CONDUCTOR_DOCKER (path of the docker CLI). See docs/security.md.
 
 When a forge is configured (GITEA_URL, --gitea-url or the config file's forge.url),
 doctor also asks it, changing nothing, what pr open and push need: the URL is a

@@ -36,7 +36,7 @@ func newLandCmd(d *deps) *cli.Command {
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
-			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
@@ -79,6 +79,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	defer closeSandbox(d, sb)
 	// The issue to close is looked up before anything lands: a missing one
 	// is refused (issue-not-found) with nothing changed, not found after
 	// the commit exists.

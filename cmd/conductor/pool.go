@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"text/tabwriter"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/runtask"
+	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 func newPoolCmd(d *deps) *cli.Command {
@@ -43,7 +47,7 @@ func newPoolCmd(d *deps) *cli.Command {
 				UsageText: "conductor pool prune [--repo DIR] [--all] [--orphans]",
 				Flags: []cli.Flag{repoFlag, baseFlag,
 					&cli.BoolFlag{Name: "all", Usage: "discard every free worktree"},
-					&cli.BoolFlag{Name: "orphans", Usage: "also discard worktrees kept for sessions whose process is gone (their work is lost unless extracted)"},
+					&cli.BoolFlag{Name: "orphans", Usage: "also discard worktrees kept for sessions whose process is gone (their work is lost unless extracted), and the docker sandbox containers of conductor processes that are gone"},
 				},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 0 {
@@ -65,6 +69,17 @@ func newPoolCmd(d *deps) *cli.Command {
 						}
 					}
 					fmt.Fprintf(d.Stderr, "pruned %d worktrees\n", n)
+					if c.Bool("orphans") {
+						names, err := reapDockerOrphans(c.Context, d)
+						for _, name := range names {
+							fmt.Fprintf(d.Stdout, "removed container %s\n", name)
+						}
+						if err != nil && !errors.Is(err, errNoDocker) {
+							// No engine here, or it is down: nothing to
+							// reap now (the next start does it).
+							fmt.Fprintf(d.Stderr, "conductor: sandbox containers not checked: %v\n", err)
+						}
+					}
 					return nil
 				},
 			},
@@ -138,4 +153,24 @@ func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// errNoDocker: no docker CLI here, so no sandbox container to reap.
+var errNoDocker = errors.New("no docker CLI")
+
+// reapDockerOrphans removes the docker sandbox containers of conductor
+// processes that are gone (sandbox.ReapDockerOrphans); errNoDocker when
+// the docker CLI is not installed. An engine that does not answer is an
+// error.
+func reapDockerOrphans(ctx context.Context, d *deps) ([]string, error) {
+	o, err := sandbox.OptionsFromEnv(d.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath(firstOf(o.Docker.CLI, "docker")); err != nil {
+		return nil, errNoDocker
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return sandbox.ReapDockerOrphans(ctx, o)
 }

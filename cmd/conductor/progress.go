@@ -34,6 +34,10 @@ func withProgress(sb sandbox.Sandbox, w io.Writer, quiet bool) sandbox.Sandbox {
 	return &progressSandbox{Sandbox: sb, w: w}
 }
 
+// Close releases what the wrapped backend holds (the docker backend's
+// containers): closeSandbox reaches it through the wrapper.
+func (p *progressSandbox) Close() error { return sandbox.Close(p.Sandbox) }
+
 func (p *progressSandbox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -76,7 +80,7 @@ func gateSandboxFor(name string, needed bool, d *deps, quiet bool) (sandbox.Sand
 	var err error
 	switch {
 	case name != "":
-		if sb, err = openSandbox(name); err != nil {
+		if sb, err = openSandbox(name, ""); err != nil {
 			return nil, err
 		}
 	case needed && isTerminal(d.Stderr) && !quiet:

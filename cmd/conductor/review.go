@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -47,7 +48,7 @@ func newReviewCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			// For --redispatch (as run-task run).
 			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's, else $CONDUCTOR_MODEL)"},
-			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, docker, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
 			&cli.BoolFlag{Name: "keep-worktree", Usage: "with --redispatch: keep the worktree after the run"},
 			&cli.BoolFlag{Name: "progress", Usage: "with --redispatch: print a progress line per step on stderr"},
 		},
@@ -133,6 +134,7 @@ func reviewAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
+	defer closeSandbox(d, sb)
 	rep, err := review.Run(ctx, review.Options{
 		Sandbox:        sb,
 		Store:          store,
@@ -167,14 +169,30 @@ func reviewAction(c *cli.Context, d *deps) error {
 }
 
 // openSandbox opens a named backend; one that cannot run here is a refusal
-// (sandbox-unavailable), never silently replaced by another.
-func openSandbox(name string) (sandbox.Sandbox, error) {
-	sb, err := sandbox.New(name)
+// (sandbox-unavailable), never silently replaced by another. runID, when
+// known, labels a docker backend's container. The caller releases it with
+// closeSandbox when the job ends.
+func openSandbox(name, runID string) (sandbox.Sandbox, error) {
+	o, err := sandbox.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	o.Docker.RunID = runID
+	sb, err := sandbox.NewWithOptions(name, o)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		return nil, policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run unisolated (not recommended)",
+		return nil, policy.Refusef("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
 			"the %s sandbox cannot run here: %v", name, err)
 	}
 	return sb, err
+}
+
+// closeSandbox releases what a backend holds for its job (the docker
+// backend's container); a failure is reported, not fatal: the next start
+// reaps what is left.
+func closeSandbox(d *deps, sb sandbox.Sandbox) {
+	if err := sandbox.Close(sb); err != nil {
+		fmt.Fprintf(d.Stderr, "conductor: release the sandbox: %v\n", err)
+	}
 }
 
 // reviewRunDir resolves RUN: the path of a run folder, or a run id under the
@@ -231,15 +249,11 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
 	}
 	opts.Role = role
-	backend := firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto)
-	sb, err := sandbox.New(backend)
+	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), "")
 	if err != nil {
-		if errors.Is(err, sandbox.ErrUnavailable) {
-			return policy.Refusef("sandbox-unavailable", "install bubblewrap, or pass --sandbox none to run commands without isolation (not recommended)",
-				"the %s sandbox cannot run here: %v", backend, err)
-		}
 		return err
 	}
+	defer closeSandbox(d, sb)
 	opts.Sandbox = sb
 	if s, err := d.openStore(c); err == nil {
 		opts.Store = s

@@ -25,7 +25,7 @@ func runTaskFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else $CONDUCTOR_MODEL, else the config file's default)"},
 		&cli.StringFlag{Name: "repo", Usage: "the workspace repository `DIR` (default: $WORKER_REPO_ROOT/<workspace>, else <data root>/workspaces/<workspace>)"},
 		&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
-		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
+		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
 		&cli.BoolFlag{Name: "json", Usage: "print JSONL progress events on stdout, the last one holding the result"},
 		&cli.BoolFlag{Name: "progress", Usage: "print a progress line per step on stderr even when it is not a terminal"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines, even on a terminal"},
@@ -147,6 +147,7 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	if err := prepareRun(c, d, &opts, task); err != nil {
 		return err
 	}
+	defer closeSandbox(d, opts.Sandbox)
 	var res runrec.Result
 	var err error
 	if resumeID != "" {

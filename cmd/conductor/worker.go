@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,12 @@ func newWorkerCmd(d *deps) *cli.Command {
 			base, err := runTaskOptions(c, d)
 			if err != nil {
 				return err
+			}
+			// Containers a killed worker left behind (the docker backend).
+			if names, err := reapDockerOrphans(c.Context, d); err != nil && c.String("sandbox") == sandbox.BackendDocker {
+				fmt.Fprintf(d.Stderr, "conductor: reap orphan sandbox containers: %v\n", err)
+			} else if len(names) > 0 {
+				fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))
 			}
 			if base.ModelAlias != "" && base.Registry != nil {
 				if _, err := base.Registry.Lookup(base.ModelAlias); err != nil {
@@ -241,6 +248,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	if err := prepareRun(w.c, w.d, &opts, task); err != nil {
 		return err
 	}
+	defer closeSandbox(w.d, opts.Sandbox)
 	var res runrec.Result
 	if known || job.Resume {
 		log.Info("resuming run")
@@ -457,7 +465,7 @@ func prepareRun(c *cli.Context, d *deps, opts *runtask.Options, task runtask.Tas
 		return err
 	}
 	opts.Role = role
-	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto))
+	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), opts.RunID)
 	if err != nil {
 		return err
 	}

@@ -168,9 +168,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return rep, errors.New("review: recording a verdict needs the bus store")
 	}
 	sb, err := sandbox.ForGate(opts.Sandbox)
+	if opts.Sandbox == nil && err == nil {
+		defer func() { _ = sandbox.Close(sb) }() // made here: ours to release
+	}
 	if err != nil {
 		return rep, policy.Refusef("sandbox-unavailable",
-			"install bubblewrap (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
+			"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
 			"review runs worker-written code in its gate and no sandbox works here: %v", err)
 	}
 	landing := opts.Policy.Landing()

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/testenv"
 )
 
 var tool struct {
@@ -23,6 +25,7 @@ var tool struct {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testenv.StopDocker()
 	if tool.dir != "" {
 		os.RemoveAll(tool.dir)
 	}

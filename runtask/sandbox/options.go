@@ -81,6 +81,10 @@ type Options struct {
 	// PATH.
 	BwrapPath   string
 	PrlimitPath string
+
+	// Docker tunes the docker backend (docker.go): engine, image, and the
+	// memory, CPU and process limits of a job's container.
+	Docker DockerOptions
 }
 
 // Environment variables read by OptionsFromEnv.
@@ -91,7 +95,7 @@ const (
 	EnvBwrap    = "CONDUCTOR_BWRAP"              // path of the bwrap executable
 	EnvMemory   = "CONDUCTOR_SANDBOX_MAX_MEMORY" // bytes (or with K, M, G): Options.MaxMemory
 	EnvCgroup   = "CONDUCTOR_SANDBOX_CGROUP"     // a delegated cgroup v2 folder: Options.Cgroup
-	EnvBackend  = "WORKER_SANDBOX"               // the backend runs use (auto, bwrap, none), as run-task --sandbox reads it
+	EnvBackend  = "WORKER_SANDBOX"               // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
 )
 
 // OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
@@ -150,7 +154,9 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 		o.Cgroup = filepath.Clean(v)
 	}
 	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
-	return o, nil
+	var err error
+	o.Docker, err = dockerOptionsFromEnv(getenv)
+	return o, err
 }
 
 func (o Options) withDefaults() Options {

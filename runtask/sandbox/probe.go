@@ -84,13 +84,17 @@ func Probe(ctx context.Context, o Options, folders ...Folder) Report {
 		}
 	}
 	r.Backends = append(r.Backends, bw)
-	if bw.Works {
+	dk := probeDocker(ctx, o)
+	switch {
+	case bw.Works:
 		r.Default = BackendBwrap
+	case dk.Works:
+		r.Default = BackendDocker
 	}
 	r.Backends = append(r.Backends,
 		BackendReport{Name: BackendNone, Works: true,
 			Detail: "no isolation: runs as the conductor's user with full access; only when asked for by name, with a warning on every run"},
-		probeDocker())
+		dk)
 	return r
 }
 
@@ -261,33 +265,6 @@ func bytesize(n int64) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// probeDocker reports whether a Docker engine answers. The docker backend
-// itself is not built, so it never "works".
-func probeDocker() BackendReport {
-	rep := BackendReport{Name: BackendDocker}
-	docker, err := exec.LookPath("docker")
-	if err != nil {
-		rep.Detail = "docker CLI not installed; the docker backend is not built in this version"
-		rep.Checks = []Check{{Name: "docker engine reachable", Detail: err.Error()}}
-		return rep
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, docker, "version", "--format", "{{.Server.Version}}").CombinedOutput()
-	msg := strings.TrimSpace(string(out))
-	if i := strings.IndexByte(msg, '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	if err != nil {
-		rep.Checks = []Check{{Name: "docker engine reachable", Detail: fmt.Sprintf("%s: %s", docker, firstNonEmpty(msg, err.Error()))}}
-		rep.Detail = "no Docker engine reachable; the docker backend is not built in this version"
-		return rep
-	}
-	rep.Checks = []Check{{Name: "docker engine reachable", OK: true, Detail: "engine " + msg}}
-	rep.Detail = "a Docker engine is reachable, but the docker backend is not built in this version"
-	return rep
 }
 
 func firstNonEmpty(s ...string) string {

@@ -1,14 +1,15 @@
 // Package sandbox runs one worker command in isolation: no network, no
 // credentials, the worktree as the only writable path and the worktree's
 // .git hidden. Backends: bwrap (bubblewrap, the default on Linux when it
-// works), none (only when asked for explicitly; warns on every run) and
-// docker (not built: New reports ErrUnavailable, Probe whether an engine
-// answers). Review checks and landing gates run through it too (RunGate).
+// works), docker (one container per job, through the docker CLI; Close
+// removes it) and none (only when asked for explicitly; warns on every
+// run). Review checks and landing gates run through it too (RunGate).
 //
 // sandbox never adds a variable to a command's environment that the caller
 // did not pass, never runs a command through a shell, never falls back to
-// none by itself, and its bwrap backend never runs a command as root. The
-// threat model and every mechanism are in docs/security.md.
+// none by itself, never runs a command as root, and never binds the Docker
+// engine's socket into a container. The threat model and every mechanism
+// are in docs/security.md.
 package sandbox
 
 import (

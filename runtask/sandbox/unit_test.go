@@ -326,7 +326,7 @@ func TestNewNames(t *testing.T) {
 		want        string
 	}{
 		{"unknown backend", "chroot", Options{}, false, "unknown sandbox backend"},
-		{"docker is not built", "docker", Options{}, true, "docker"},
+		{"docker without an engine", "docker", Options{Docker: DockerOptions{Host: "unix:///nonexistent/docker.sock"}}, true, "/nonexistent/docker.sock"},
 		{"bwrap missing", "bwrap", missing, true, "bubblewrap is not installed"},
 		{"auto never falls back to none", "auto", missing, true, "bubblewrap is not installed"},
 		{"empty means auto", "", missing, true, "bubblewrap is not installed"},
@@ -489,7 +489,7 @@ func TestPrepareWorktree(t *testing.T) {
 }
 
 func TestProbeReport(t *testing.T) {
-	rep := Probe(context.Background(), Options{})
+	rep := Probe(context.Background(), Options{Docker: DockerOptions{Host: "unix:///nonexistent/docker.sock"}})
 	none, ok := rep.Backend("none")
 	if !ok || !none.Works {
 		t.Fatalf("none: %+v", none)

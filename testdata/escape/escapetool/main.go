@@ -13,7 +13,7 @@
 //	escapetool allocheap BYTES       allocate and touch BYTES bytes on the Go heap
 //	escapetool mkfifo PATH           make a named pipe (a file that blocks its reader)
 //	escapetool env                   print the environment, one per line
-//	escapetool connect ADDR          open a TCP connection to ADDR
+//	escapetool connect ADDR          open a TCP connection to ADDR (unix:PATH: a unix socket)
 //	escapetool spew                  write to stdout forever
 //	escapetool forkbomb              start copies of itself forever
 //	escapetool orphans TOKEN         leave children behind (one in a new session), then sleep
@@ -110,7 +110,11 @@ func main() {
 	case "connect":
 		need(1)
 		var c net.Conn
-		if c, err = net.DialTimeout("tcp", args[0], 2*time.Second); err == nil {
+		network, addr := "tcp", args[0]
+		if a, ok := strings.CutPrefix(addr, "unix:"); ok {
+			network, addr = "unix", a
+		}
+		if c, err = net.DialTimeout(network, addr, 2*time.Second); err == nil {
 			fmt.Fprintf(c, "escaped\n")
 			c.Close()
 			fmt.Println("connected")
