@@ -38,6 +38,13 @@ func TestScriptRuntask(t *testing.T) {
 			return err
 		}
 		env.Setenv("CONDUCTOR_PI_DIR", pi)
+		// The protocol's shell entry points, run against this test binary.
+		root, err := filepath.Abs(filepath.Join("..", ".."))
+		if err != nil {
+			return err
+		}
+		env.Setenv("SCRIPTS", filepath.Join(root, "scripts"))
+		env.Setenv("CONDUCTOR", "conductor")
 		// The bwrap sandbox runs commands as an unprivileged uid that must
 		// traverse to the worktrees: open the test's own temp folders.
 		tmp := filepath.Clean(os.TempDir())
