@@ -330,3 +330,59 @@ func TestRolePicksRuntime(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// fakePi installs a stand-in for pi whose CLI is script (node), under a
+// folder the sandbox's uid can read.
+func fakePi(t *testing.T, root, script string) string {
+	t.Helper()
+	prefix := filepath.Join(root, "fake-pi")
+	pkg := filepath.Join(prefix, "node_modules", "@mariozechner", "pi-coding-agent")
+	if err := os.MkdirAll(filepath.Join(pkg, "dist"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeHostFile(t, filepath.Join(pkg, "package.json"), `{"name":"@mariozechner/pi-coding-agent","version":"`+runtask.PiVersion+`","bin":{"pi":"dist/cli.js"}}`, 0o644)
+	writeHostFile(t, filepath.Join(pkg, "dist", "cli.js"), script, 0o644)
+	for d := prefix; d != root; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755)
+	}
+	return prefix
+}
+
+func TestPiRuntimeCrashAndHang(t *testing.T) {
+	piDir(t) // node and the rest as for real pi
+	for _, tc := range []struct {
+		name, script, status, want string
+		timeout                    int
+	}{
+		{"crash with garbage", `console.log("this is not JSON"); console.error("pi: fatal: boom"); process.exit(3)`,
+			runrec.StatusFailed, "pi exited with status 3: pi: fatal: boom", 300},
+		{"exits 0 without finishing", `console.log("{\"type\":\"session\"}"); process.exit(0)`,
+			runrec.StatusFailed, "no agent_end event", 300},
+		{"hangs", `setInterval(() => {}, 1000)`, runrec.StatusTimeout, "wall-clock limit of 3s", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rig := newPiRig(t, `[{"content":"x"}]`)
+			prefix := fakePi(t, rig.e.root, tc.script)
+			task := runtask.Task{TaskVersion: 1, ID: "t-pi-bad", Prompt: "x", Workspace: "escape",
+				Capabilities: runtask.Capabilities{Tools: []string{"read", "bash"}}, Session: "pi-bad-" + strings.ReplaceAll(tc.name, " ", "-"),
+				TimeoutSeconds: tc.timeout, Runtime: runtask.RuntimePi, Model: "pitest"}
+			res, err := runtask.Run(context.Background(), runtask.Options{Task: task,
+				Config: conductor.Config{DataRoot: rig.e.data, PiDir: prefix}, Repo: rig.e.repo, Registry: rig.reg,
+				Role: rig.e.role, Sandbox: rig.e.sb, Getenv: rig.getenv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.status || !strings.Contains(res.Error, tc.want) {
+				t.Fatalf("status %s error %q; want %s %q", res.Status, res.Error, tc.status, tc.want)
+			}
+			// The worktree went back to the pool, and nothing of the
+			// round is left beside the run.
+			if res.Worktree != "" {
+				t.Fatalf("the worktree was kept: %s", res.Worktree)
+			}
+			if left, _ := filepath.Glob(filepath.Join(rig.e.data, "scratch", "*")); len(left) > 0 {
+				t.Fatalf("the round left %v", left)
+			}
+		})
+	}
+}
