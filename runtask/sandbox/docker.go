@@ -147,9 +147,8 @@ type dockerBackend struct {
 	image   string
 	tag     string // random: names this backend's containers apart from other backends' of this process
 
-	mu     sync.Mutex
-	boxes  map[string]*dockerJob
-	closed bool
+	mu    sync.Mutex
+	boxes map[string]*dockerJob
 }
 
 // dockerJob is one job's container.

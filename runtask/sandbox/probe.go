@@ -267,11 +267,3 @@ func bytesize(n int64) string {
 	return fmt.Sprintf("%d B", n)
 }
 
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
