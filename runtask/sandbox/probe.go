@@ -266,4 +266,3 @@ func bytesize(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
-
