@@ -324,10 +324,16 @@ func (s *sqlStore) ClaimLease(ctx context.Context, req LeaseRequest) (LeaseResul
 		now := s.timeNow()
 		lease := Lease{TaskID: req.TaskID, RunID: req.Run.ID, Holder: req.Holder, ClaimedAt: now, ExpiresAt: now.Add(req.TTL)}
 		hash := hashToken(req.Token)
-		n, err := q.exec(ctx, `INSERT INTO claims (task_id, claimant, claimed_at) VALUES (?, ?, ?)
-			ON CONFLICT (task_id) DO NOTHING`, req.TaskID, req.Run.ID, ts(now))
+		n, err := q.exec(ctx, claimSQL, req.TaskID, req.Run.ID, ts(now))
 		if err != nil {
 			return err
+		}
+		if n == 1 {
+			// A fresh claim, or a released one taken again: a lease row
+			// left by its earlier holder goes.
+			if _, err := q.exec(ctx, `DELETE FROM task_leases WHERE task_id = ?`, req.TaskID); err != nil {
+				return err
+			}
 		}
 		kind := EventClaimed
 		if n == 0 {

@@ -131,6 +131,22 @@ func TestLeaseLifecycle(t *testing.T) {
 		_, err = s.ClaimLease(ctx, lease("t-1", "carol", "r-c", "tok-c"))
 		wantCode(t, err, bus.CodeTaskCompleted)
 
+		// A claim that ended failed was released, as the worker's claims
+		// are: the task may be leased again.
+		if _, err := s.ClaimLease(ctx, lease("t-f", "erin", "r-f1", "tok-f1")); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.CompleteLease(ctx, bus.LeaseCompletion{RunID: "r-f1", Token: "tok-f1", Status: "failed"}); err != nil {
+			t.Fatal(err)
+		}
+		again, err := s.ClaimLease(ctx, lease("t-f", "frank", "r-f2", "tok-f2"))
+		if err != nil || again.Lease.Holder != "frank" || again.Lease.RunID != "r-f2" {
+			t.Fatalf("claim after a failed completion = %+v, %v", again, err)
+		}
+		if cl, _ := s.GetClaim(ctx, "t-f"); cl.Claimant != "r-f2" || cl.Completion != nil {
+			t.Fatalf("claim = %+v", cl)
+		}
+
 		// An expired lease nobody took over can still be completed.
 		if _, err := s.ClaimLease(ctx, lease("t-3", "dan", "r-dan", "tok-dan")); err != nil {
 			t.Fatal(err)

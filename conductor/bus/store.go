@@ -738,11 +738,7 @@ func (s *sqlStore) ClaimTask(ctx context.Context, taskID, claimant string) (bool
 		var err error
 		// A claim completed with another outcome than succeeded was
 		// released (a failed run, a dead letter): the task may run again.
-		n, err = q.exec(ctx, `INSERT INTO claims (task_id, claimant, claimed_at) VALUES (?, ?, ?)
-			ON CONFLICT (task_id) DO UPDATE SET claimant = excluded.claimant, claimed_at = excluded.claimed_at,
-				completed_at = 0, run_id = '', outcome = '', model_alias = '', prompt_tokens = NULL,
-				completion_tokens = NULL, total_tokens = NULL, reason = ''
-			WHERE claims.completed_at <> 0 AND claims.outcome <> 'succeeded'`, taskID, claimant, ts(s.timeNow()))
+		n, err = q.exec(ctx, claimSQL, taskID, claimant, ts(s.timeNow()))
 		return err
 	})
 	if err != nil {
@@ -983,3 +979,13 @@ func (s *sqlStore) deadJob(ctx context.Context, id int64, what, stmt string) err
 	}
 	return err
 }
+
+// claimSQL claims a task: a new claims row, or one whose claim was released
+// (completed with another outcome than succeeded: a failed run, a dead
+// letter), so the task may run again. A live or succeeded claim is left as
+// it is (no row changes). Worker claims and agent leases share it.
+const claimSQL = `INSERT INTO claims (task_id, claimant, claimed_at) VALUES (?, ?, ?)
+	ON CONFLICT (task_id) DO UPDATE SET claimant = excluded.claimant, claimed_at = excluded.claimed_at,
+		completed_at = 0, run_id = '', outcome = '', model_alias = '', prompt_tokens = NULL,
+		completion_tokens = NULL, total_tokens = NULL, reason = ''
+	WHERE claims.completed_at <> 0 AND claims.outcome <> 'succeeded'`
