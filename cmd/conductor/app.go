@@ -175,6 +175,7 @@ func newApp(d *deps) *cli.App {
 			newServeCmd(d),
 			newVersionCmd(d),
 			newEventsCmd(d),
+			newSandboxCmd(d),
 			newCompletionCmd(d),
 			newManCmd(d),
 		},

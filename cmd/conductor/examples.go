@@ -174,6 +174,16 @@ var examples = map[string][]string{
 		"conductor events --run RUN --follow --until role_complete   # wait for a run to end",
 		"conductor events --json | jq -c 'select(.kind==\"role_complete\")'",
 	},
+	"sandbox": {
+		"conductor sandbox image build",
+	},
+	"sandbox image": {
+		"conductor sandbox image build",
+	},
+	"sandbox image build": {
+		"conductor sandbox image build                 # the scratch image, before the first docker job",
+		"CONDUCTOR_DOCKER_IMAGE=my/toolchain:1 conductor sandbox image build   # check an operator image",
+	},
 	"completion": {
 		"source <(conductor completion bash)",
 		"conductor completion zsh > \"${fpath[1]}/_conductor\"",

@@ -1108,3 +1108,16 @@ func probeDocker(ctx context.Context, o Options) BackendReport {
 	rep.Detail = "works: one container per job, unprivileged, no network, read-only root, worktree the only writable path, .git hidden, memory/CPU/pids limits"
 	return rep
 }
+
+// DockerImage makes (or finds) the image the docker backend's containers
+// start from — the operator's CONDUCTOR_DOCKER_IMAGE, or the scratch image
+// imported from the host's folders, no registry needed — and returns its
+// name. `conductor sandbox image build` runs it ahead of the first job.
+func DockerImage(o Options) (string, error) {
+	b, err := newDocker(o)
+	if err != nil {
+		return "", err
+	}
+	defer b.Close()
+	return b.image, nil
+}
