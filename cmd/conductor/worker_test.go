@@ -94,7 +94,7 @@ func TestWorkersRedisKillAndResume(t *testing.T) {
 	}
 	rc := redisClient(t, redisURL)
 	ctx := context.Background()
-	rc.RPush(ctx, "echodo:orchestrator:jobs", `{"roleId":"implementer","harness":"gui"}`) // poison
+	rc.RPush(ctx, "echodo:orchestrator:jobs", `{"roleId":"implementer","harness":"gui tool"}`) // poison
 
 	start := func(name string) (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.Command("conductor", "worker", "--concurrency", "2", "--wait", "1", "--heartbeat-ttl", "2s",
