@@ -42,8 +42,11 @@ var gitRunners = []string{"patch", "scripts/bench", "conductor/forge/fakegitea"}
 
 // apart lists pairs of peers that never import each other: the worker
 // (runtask) and landing (land) meet only through the store and the run
-// record. runtask/sandbox is shared by both for now (issue 17 moves it).
-var apart = [][2]string{{"runtask$", "land"}, {"land", "runtask$"}, {"runtask/fakellm$", "land"}}
+// record; the sandbox they share lives in conductor/sandbox. Nothing of
+// conductor/ but the MCP server (which reads task files) reaches into the
+// worker.
+var apart = [][2]string{{"runtask$", "land"}, {"land", "runtask"}, {"runtask/fakellm$", "land"},
+	{"conductor/review", "runtask"}, {"conductor/bus", "runtask"}, {"conductor/queue", "runtask"}, {"conductor/forge", "runtask"}}
 
 type pkgInfo struct {
 	imports map[string]bool // our packages, relative to the module

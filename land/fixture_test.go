@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // testRules is the default landing policy with a gate chosen by the test.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // defaultGateTimeout bounds a gate command whose policy gives no timeout.

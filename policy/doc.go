@@ -5,5 +5,5 @@
 //
 // policy imports nothing of conductor's own packages. It also owns the one
 // rule for the environment variable names a worker never receives
-// (Withheld, secret.go), which runtask and runtask/sandbox ask.
+// (Withheld, secret.go), which runtask and conductor/sandbox ask.
 package policy

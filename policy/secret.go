@@ -5,7 +5,7 @@ package policy
 // cookies, …) and names that make a program run other code or read another
 // configuration (LD_*, GIT_*, BASH_ENV, NODE_OPTIONS, …). Role validation
 // (here), the worker's command environment (runtask) and the gate
-// environment (runtask/sandbox) all ask Withheld; none keeps a list of its
+// environment (conductor/sandbox) all ask Withheld; none keeps a list of its
 // own. Nothing here reads the environment itself.
 
 import (

@@ -33,13 +33,13 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // escapeEnv is the host side of the suite.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 // TestUnresolvableModelLeavesNoRunFolder: a model alias the registry does

@@ -18,9 +18,9 @@ import (
 	openai "github.com/sashabaranov/go-openai"
 
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/runtask/fakellm/modelscript"
 	"github.com/conductor-dev/conductor/runtask/modelproxy"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // The pi runtime drives the pi coding agent (npm @mariozechner/pi-coding-agent)

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // A data root the sandbox's uid cannot reach is refused before the run

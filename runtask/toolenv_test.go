@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // bwrapForTest returns the real bwrap sandbox, or skips (fails in CI).

@@ -21,9 +21,9 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // Bounds of the file tools.

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 func newToolbox(t *testing.T) (*toolbox, string, string) {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // TestScriptDoctor runs testdata/script/doctor: conductor doctor, and

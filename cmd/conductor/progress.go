@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/termtext"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // progressSandbox shows on a terminal what a long sandboxed step is doing:

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/conductor-dev/conductor/runtask/sandbox"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 // lineWriter records what is written and signals the first "running:".

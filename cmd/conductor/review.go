@@ -12,9 +12,9 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 func newReviewCmd(d *deps) *cli.Command {

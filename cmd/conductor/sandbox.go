@@ -5,7 +5,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/conductor-dev/conductor/runtask/sandbox"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 func newSandboxCmd(d *deps) *cli.Command {

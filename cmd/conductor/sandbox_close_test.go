@@ -5,7 +5,7 @@ import (
 	"io"
 	"testing"
 
-	"github.com/conductor-dev/conductor/runtask/sandbox"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 // closingSandbox counts Close calls.

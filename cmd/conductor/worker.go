@@ -19,8 +19,8 @@ import (
 	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/runtask"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 func newWorkerCmd(d *deps) *cli.Command {

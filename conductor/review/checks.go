@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // checker runs the mechanical checks and the gate for one work commit.

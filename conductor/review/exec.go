@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // exportTree writes the tree of commit into a new scratch folder: root/tree

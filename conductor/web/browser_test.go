@@ -21,6 +21,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
@@ -28,7 +29,6 @@ import (
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // chromium finds the browser: $CONDUCTOR_TEST_CHROMIUM, else Debian's

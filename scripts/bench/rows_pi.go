@@ -11,10 +11,10 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
-	"github.com/conductor-dev/conductor/runtask/sandbox"
 )
 
 // piTool is how the pi agent names a step's tool and arguments.

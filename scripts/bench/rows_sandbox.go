@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/conductor-dev/conductor/runtask/sandbox"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 // sandboxScript is the sandbox row's 20 commands: small programs, so the
