@@ -541,18 +541,7 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 		// tmpfs: runc gives a tmpfs the mode of the folder it covers).
 		bind(filepath.Join(b.state, "git-mask-dir"), git, true)
 	}
-	var fresh []string
-	for _, kv := range p.env {
-		if !isHomeLike(kv[0]) {
-			continue
-		}
-		v := filepath.Clean(kv[1])
-		if !filepath.IsAbs(kv[1]) || v == "/" {
-			continue
-		}
-		fresh = append(fresh, v)
-	}
-	sort.Strings(fresh)
+	fresh := p.homeLikeDirs()
 	for i, v := range fresh {
 		if i > 0 && fresh[i-1] == v {
 			continue

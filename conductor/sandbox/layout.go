@@ -367,18 +367,7 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 	}
 
 	// Folders the environment points at.
-	var fresh []string
-	for _, kv := range p.env {
-		if !isHomeLike(kv[0]) {
-			continue
-		}
-		v := filepath.Clean(kv[1])
-		if !filepath.IsAbs(kv[1]) || v == "/" {
-			continue
-		}
-		fresh = append(fresh, v)
-	}
-	sort.Strings(fresh)
+	fresh := p.homeLikeDirs()
 	var tmpfsDone []string
 	for i, v := range fresh {
 		if i > 0 && fresh[i-1] == v {
@@ -401,6 +390,25 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 		a = append(a, "--setenv", kv[0], kv[1])
 	}
 	return a
+}
+
+// homeLikeDirs are the absolute folders the environment's HOME-like
+// variables name, sorted (a folder named twice appears twice): each gets a
+// fresh folder of its own unless it lies in the worktree or scratch.
+func (p plan) homeLikeDirs() []string {
+	var dirs []string
+	for _, kv := range p.env {
+		if !isHomeLike(kv[0]) {
+			continue
+		}
+		v := filepath.Clean(kv[1])
+		if !filepath.IsAbs(kv[1]) || v == "/" {
+			continue
+		}
+		dirs = append(dirs, v)
+	}
+	sort.Strings(dirs)
+	return dirs
 }
 
 func (p plan) hasEnv(name string) bool {
