@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -160,30 +161,14 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 }
 
 func (o Options) withDefaults() Options {
-	if o.MaxProcs == 0 {
-		o.MaxProcs = DefaultMaxProcs
-	}
-	if o.MaxFileSize == 0 {
-		o.MaxFileSize = DefaultMaxFileSize
-	}
-	if o.MaxOpenFiles == 0 {
-		o.MaxOpenFiles = DefaultMaxOpenFiles
-	}
-	if o.TmpSize == 0 {
-		o.TmpSize = DefaultTmpSize
-	}
-	if o.MaxMemory == 0 {
-		o.MaxMemory = DefaultMaxMemory
-	}
-	if o.OutputLimit == 0 {
-		o.OutputLimit = DefaultOutputLimit
-	}
-	if o.OutputKillLimit == 0 {
-		o.OutputKillLimit = DefaultOutputKillLimit
-	}
-	if o.KillGrace == 0 {
-		o.KillGrace = DefaultKillGrace
-	}
+	o.MaxProcs = cmp.Or(o.MaxProcs, DefaultMaxProcs)
+	o.MaxFileSize = cmp.Or(o.MaxFileSize, DefaultMaxFileSize)
+	o.MaxOpenFiles = cmp.Or(o.MaxOpenFiles, DefaultMaxOpenFiles)
+	o.TmpSize = cmp.Or(o.TmpSize, DefaultTmpSize)
+	o.MaxMemory = cmp.Or(o.MaxMemory, DefaultMaxMemory)
+	o.OutputLimit = cmp.Or(o.OutputLimit, DefaultOutputLimit)
+	o.OutputKillLimit = cmp.Or(o.OutputKillLimit, DefaultOutputKillLimit)
+	o.KillGrace = cmp.Or(o.KillGrace, DefaultKillGrace)
 	if o.Warn == nil {
 		o.Warn = os.Stderr
 	}
