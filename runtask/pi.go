@@ -126,6 +126,7 @@ type piSession struct {
 	spec    ModelSpec
 	key     string
 	install PiInstall
+	script  *modelscript.Script // the replay script, for replay:FILE
 }
 
 func (p *piSession) Runtime() string { return RuntimePi }
@@ -333,12 +334,8 @@ func (p *piSession) startProxy(sock string) (*modelproxy.Proxy, error) {
 		IdleTimeout: p.spec.Timeout,
 	}
 	if p.spec.IsReplay() {
-		script, err := loadReplayScript(p.spec.ReplayFile)
-		if err != nil {
-			return nil, err
-		}
-		opts.Upstream, opts.Model = replayBaseURL, cmp.Or(script.Model, p.spec.Model)
-		opts.Transport = handlerTransport{modelscript.NewHandler(script)}
+		opts.Upstream = replayBaseURL
+		opts.Transport = handlerTransport{modelscript.NewHandler(p.script)}
 	} else {
 		lim := Limiter(p.spec.Alias)
 		lim.SetMax(p.spec.MaxConcurrent)
@@ -552,10 +549,14 @@ func (r *runner) newPiSession(mode runMode, alias string) (*piSession, error) {
 			return nil, fmt.Errorf("the API key variable %s is not set (set it, or clear apiKeyEnv for a server without keys)", spec.APIKeyEnv)
 		}
 	}
-	if spec.IsReplay() && spec.Model == "replay" {
-		if script, err := loadReplayScript(spec.ReplayFile); err == nil && script.Model != "" {
-			spec.Model = script.Model
+	ps := &piSession{r: r, mode: mode, spec: spec, key: key, install: r.pi}
+	if spec.IsReplay() {
+		// Read once, before the run folder exists: a bad script is an error
+		// now, and the proxy answers from this one.
+		if ps.script, err = loadReplayScript(spec.ReplayFile); err != nil {
+			return nil, err
 		}
+		ps.spec.Model = cmp.Or(ps.script.Model, spec.Model)
 	}
-	return &piSession{r: r, mode: mode, spec: spec, key: key, install: r.pi}, nil
+	return ps, nil
 }
