@@ -259,13 +259,8 @@ func (c *httpClient) wrapError(ctx context.Context, err error) error {
 	return me
 }
 
-// redactSecret removes secret from s.
-func redactSecret(s, secret string) string {
-	if secret == "" {
-		return s
-	}
-	return strings.ReplaceAll(s, secret, "[REDACTED]")
-}
+// redactSecret removes secret from s (modelproxy.Redact).
+func redactSecret(s, secret string) string { return modelproxy.Redact(s, secret) }
 
 // authTransport adds the API key, as the last layer before the network so
 // no other layer (logging, errors) ever holds it in a request.

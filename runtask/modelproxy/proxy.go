@@ -327,11 +327,15 @@ func (p *Proxy) record(u *Usage) {
 	}
 }
 
-func (p *Proxy) redact(s string) string {
-	if p.opts.APIKey == "" {
+func (p *Proxy) redact(s string) string { return Redact(s, p.opts.APIKey) }
+
+// Redact replaces every occurrence of secret in s with [REDACTED]: the one
+// redaction of an API key, for the proxy and the model client alike.
+func Redact(s, secret string) string {
+	if secret == "" {
 		return s
 	}
-	return strings.ReplaceAll(s, p.opts.APIKey, "[REDACTED]")
+	return strings.ReplaceAll(s, secret, "[REDACTED]")
 }
 
 func (p *Proxy) log(msg string, args ...any) {
