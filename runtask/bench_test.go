@@ -107,13 +107,13 @@ func BenchmarkTaskOverhead(b *testing.B) {
 	// Separate pools: cold never keeps a worktree, warm keeps one.
 	bases := map[string]string{"0": filepath.Join(data, "cold"), "1": filepath.Join(data, "warm")}
 	run := func(n int, pool string) time.Duration {
-		env := map[string]string{"WORKER_POOL_SIZE": pool}
+		size := map[string]int{"0": 0, "1": 1}[pool]
 		task := testTask(fmt.Sprintf("bench-%s-%d", pool, n))
 		task.MaxSteps = 30
 		start := time.Now()
 		res, err := Run(context.Background(), Options{
-			Task: task, Config: conductor.Config{DataRoot: data}, Repo: repo, WorktreeBase: bases[pool], Model: benchModel(dirs), ModelName: "bench",
-			ModelAlias: "bench", Role: &testRole{}, Sandbox: &execSandbox{}, Getenv: testEnv(env),
+			Task: task, Config: conductor.Config{DataRoot: data, PoolSize: &size}, Repo: repo, WorktreeBase: bases[pool], Model: benchModel(dirs), ModelName: "bench",
+			ModelAlias: "bench", Role: &testRole{}, Sandbox: &execSandbox{}, Getenv: testEnv(nil),
 		})
 		d := time.Since(start)
 		if err != nil || res.Status != "succeeded" || len(res.FilesChanged) != 10 || res.Steps != 21 {

@@ -403,7 +403,7 @@ func (e *escapeEnv) play(t *testing.T, a attempt) *outcome {
 		}
 	}
 	if res.RunID != "" {
-		o.runDir = (conductor.Config{DataRoot: e.data}).WithDefaults(e.getenv).RunDir(res.RunID)
+		o.runDir = (conductor.Config{DataRoot: e.data}).WithDefaults().RunDir(res.RunID)
 		if b, err := os.ReadFile(filepath.Join(o.runDir, "patch.diff")); err == nil {
 			o.patch = string(b)
 		}

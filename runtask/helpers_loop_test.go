@@ -255,7 +255,8 @@ func testEnv(vals map[string]string) func(string) string {
 type fixture struct {
 	repo string
 	data string
-	env  map[string]string
+	env  map[string]string // the host environment (command allowlist, API keys)
+	cfg  conductor.Config  // the knobs (DataRoot is set by opts)
 	sb   *execSandbox
 	role *testRole
 }
@@ -273,10 +274,18 @@ func newFixture(t testing.TB) *fixture {
 
 func (f *fixture) opts(task Task, m ModelClient) Options {
 	return Options{
-		Task: task, Config: conductor.Config{DataRoot: f.data}, Repo: f.repo, Model: m, ModelName: "test-model",
+		Task: task, Config: f.config(), Repo: f.repo, Model: m, ModelName: "test-model",
 		ModelAlias: "test", Role: f.role, Sandbox: f.sb, Getenv: testEnv(f.env), Stderr: &bytes.Buffer{},
 	}
 }
+
+func (f *fixture) config() conductor.Config {
+	c := f.cfg
+	c.DataRoot = f.data
+	return c
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // memStore is an in-memory bus.Store for the parts runtask uses.
 type memStore struct {

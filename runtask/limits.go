@@ -1,8 +1,10 @@
 package runtask
 
 import (
-	"strconv"
+	"cmp"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor"
 )
 
 // RolePolicy is what the worker needs from a role contract. *policy.Role
@@ -28,12 +30,12 @@ type memoryLimiter interface {
 	MemoryLimit() int64 // bytes; 0 = the sandbox's default
 }
 
-// Defaults applied when neither the task, the role nor the environment says.
+// Defaults applied when neither the task, the role nor the operator says.
 const (
-	DefaultMaxSteps        = 50
+	DefaultMaxSteps        = conductor.DefaultMaxToolSteps
 	DefaultCommandTimeout  = 5 * time.Minute
 	DefaultOutputLimit     = 10 << 10 // what the model sees of one tool result
-	DefaultCheckpointEvery = 5
+	DefaultCheckpointEvery = conductor.DefaultCheckpointEvery
 	// fullOutputLimit bounds what is captured of one command for the run
 	// folder (the model sees DefaultOutputLimit of it).
 	fullOutputLimit = 8 << 20
@@ -52,26 +54,30 @@ type limits struct {
 	MemoryLimit     int64 // bytes per command; 0: the sandbox's default
 }
 
-// resolveLimits applies task > role > environment > default.
-func resolveLimits(t Task, role RolePolicy, getenv func(string) string) limits {
+// resolveLimits applies the precedence of docs/worker.md ("Limits: who
+// decides"): the step limit and the token budget are the task's, else the
+// operator's (cfg: WORKER_MAX_TOOL_STEPS, WORKER_TOKEN_BUDGET, the config
+// file), else the defaults, and the role's limits are a ceiling over all
+// of them, never an override. The checkpoint cadence is the operator's
+// (WORKER_CHECKPOINT_EVERY_N_STEPS), cut to the step limit so that a run
+// that reaches its limit has been checkpointed.
+func resolveLimits(t Task, role RolePolicy, cfg conductor.Config) limits {
+	cfg = cfg.WithDefaults()
 	l := limits{
-		MaxSteps:        DefaultMaxSteps,
+		MaxSteps:        cmp.Or(t.MaxSteps, cfg.MaxToolSteps),
+		TokenBudget:     cmp.Or(t.TokenBudget, cfg.TokenBudget),
 		Timeout:         time.Duration(t.TimeoutSeconds) * time.Second,
 		CommandTimeout:  DefaultCommandTimeout,
 		OutputLimit:     DefaultOutputLimit,
-		CheckpointEvery: DefaultCheckpointEvery,
-	}
-	if n, err := strconv.Atoi(getenv("WORKER_MAX_TOOL_STEPS")); err == nil && n > 0 {
-		l.MaxSteps = n
-	}
-	if n, err := strconv.Atoi(getenv("WORKER_CHECKPOINT_EVERY_N_STEPS")); err == nil && n >= 0 {
-		l.CheckpointEvery = n
+		CheckpointEvery: cfg.Checkpoints(),
 	}
 	if role != nil {
-		if n := role.MaxSteps(); n > 0 {
+		if n := role.MaxSteps(); n > 0 && n < l.MaxSteps {
 			l.MaxSteps = n
 		}
-		l.TokenBudget = role.TokenBudget()
+		if n := role.TokenBudget(); n > 0 && (l.TokenBudget == 0 || n < l.TokenBudget) {
+			l.TokenBudget = n
+		}
 		if d := role.CommandTimeout(); d > 0 {
 			l.CommandTimeout = d
 		}
@@ -82,11 +88,8 @@ func resolveLimits(t Task, role RolePolicy, getenv func(string) string) limits {
 			l.MemoryLimit = m.MemoryLimit()
 		}
 	}
-	if t.MaxSteps > 0 {
-		l.MaxSteps = t.MaxSteps
-	}
-	if t.TokenBudget > 0 {
-		l.TokenBudget = t.TokenBudget
+	if l.CheckpointEvery > l.MaxSteps {
+		l.CheckpointEvery = l.MaxSteps
 	}
 	if l.Timeout > 0 && l.CommandTimeout > l.Timeout {
 		l.CommandTimeout = l.Timeout

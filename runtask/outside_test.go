@@ -149,7 +149,7 @@ func (s *downStore) PendingNotes(ctx context.Context, runID string) ([]bus.Note,
 // and says so once when it starts and once when it ends, not once per step.
 func TestStoreOutageWarnsOncePerOutage(t *testing.T) {
 	f := newFixture(t)
-	f.env["WORKER_CHECKPOINT_EVERY_N_STEPS"] = "1"
+	f.cfg.CheckpointEvery = ptr(1)
 	store := &downStore{memStore: newMemStore()}
 	var turns []func(ModelRequest) (ModelReply, error)
 	for i, path := range []string{"README.md", "main.go", "lib/util.go", ".gitignore", "README.md", "main.go"} {

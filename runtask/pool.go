@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -74,24 +75,17 @@ type Lease struct {
 // Dir is the worktree path.
 func (l *Lease) Dir() string { return l.Meta.Worktree }
 
-// NewPool returns the pool of repo under base (WORKER_WORKTREE_BASE).
-func NewPool(base string, repo patch.Git, getenv func(string) string) *Pool {
+// NewPool returns the pool of repo under base (the worktree base), bounded
+// by the operator's pool knobs (conductor.Config.Pool, PoolMaxBytes).
+func NewPool(base string, repo patch.Git, cfg conductor.Config) *Pool {
 	common := repo.CommonDir()
-	p := &Pool{
+	return &Pool{
 		Dir:      filepath.Join(base, RepoKey(common)),
 		Repo:     patch.Git{GitDir: common},
-		MaxCount: 4,
+		MaxCount: cfg.Pool(),
+		MaxBytes: cfg.PoolMaxBytes,
 		Now:      time.Now,
 	}
-	if getenv != nil {
-		if n, err := strconv.Atoi(getenv("WORKER_POOL_SIZE")); err == nil && n >= 0 {
-			p.MaxCount = n
-		}
-		if n, err := strconv.ParseInt(getenv("WORKER_POOL_MAX_BYTES"), 10, 64); err == nil && n >= 0 {
-			p.MaxBytes = n
-		}
-	}
-	return p
 }
 
 var unsafeKey = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
@@ -835,7 +829,7 @@ func (p *Pool) writePoolInfo() error {
 
 // OpenPools returns every pool under base (WORKER_WORKTREE_BASE), for
 // `conductor pool status|prune` without a repository.
-func OpenPools(base string, getenv func(string) string) ([]*Pool, error) {
+func OpenPools(base string, cfg conductor.Config) ([]*Pool, error) {
 	entries, err := os.ReadDir(base)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -853,7 +847,7 @@ func OpenPools(base string, getenv func(string) string) ([]*Pool, error) {
 		if json.Unmarshal(b, &info) != nil || info.Repo == "" {
 			continue
 		}
-		p := NewPool(base, patch.Git{GitDir: info.Repo}, getenv)
+		p := NewPool(base, patch.Git{GitDir: info.Repo}, cfg)
 		p.Dir = filepath.Join(base, e.Name())
 		pools = append(pools, p)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/patch"
 )
 
@@ -20,7 +21,7 @@ func newTestPool(t *testing.T, max int) (*Pool, string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := NewPool(filepath.Join(t.TempDir(), "worktrees"), g, nil)
+	p := NewPool(filepath.Join(t.TempDir(), "worktrees"), g, conductor.Config{})
 	p.MaxCount = max
 	return p, repo, git(t, repo, "rev-parse", "HEAD")
 }

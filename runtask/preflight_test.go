@@ -21,7 +21,7 @@ func TestRunRefusesUnreachableDataRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the sandbox runs as the conductor's own uid when it is not root: everything is reachable")
 	}
-	sb, err := sandbox.New(sandbox.BackendBwrap)
+	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, sandbox.Options{})
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)

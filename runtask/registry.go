@@ -142,9 +142,10 @@ func BuiltinModels() []ModelSpec {
 
 // LoadRegistry builds the registry: the built-in aliases, then the "models"
 // section of configFile ("" or a missing file: none), then environment
-// overrides read through getenv:
+// overrides read through getenv (the default alias, CONDUCTOR_MODEL, is a
+// knob of the resolved configuration: the caller applies it with
+// SetDefault):
 //
-//	CONDUCTOR_MODEL                         the default alias
 //	CONDUCTOR_MODEL_<ALIAS>_URL             base URL of ALIAS
 //	CONDUCTOR_MODEL_<ALIAS>_MODEL           model name
 //	CONDUCTOR_MODEL_<ALIAS>_API_KEY_ENV     name of the API key variable
@@ -182,9 +183,6 @@ func LoadRegistry(configFile string, getenv func(string) string) (*Registry, err
 			return nil, fmt.Errorf("model registry: %w", err)
 		}
 	}
-	if v := getenv("CONDUCTOR_MODEL"); v != "" {
-		r.def = v
-	}
 	if r.def == "" {
 		r.def = defaultModelAlias
 		if getenv("OPENAI_BASE_URL") != "" {
@@ -192,6 +190,14 @@ func LoadRegistry(configFile string, getenv func(string) string) (*Registry, err
 		}
 	}
 	return r, nil
+}
+
+// SetDefault makes alias the default (the operator's CONDUCTOR_MODEL,
+// resolved with the other knobs); "" keeps the file's or the built-in one.
+func (r *Registry) SetDefault(alias string) {
+	if alias != "" {
+		r.def = alias
+	}
 }
 
 // applyOpenAIEnv points the "openai" alias at OPENAI_BASE_URL/OPENAI_MODEL.

@@ -106,10 +106,15 @@ func TestRegistryConfigFile(t *testing.T) {
 	if oq.Model != "qwen3-coder:30b" || oq.BaseURL != "http://localhost:11434/v1" || !strings.Contains(oq.Source, "built-in, config") {
 		t.Errorf("ollama-qwen: %+v", oq)
 	}
-	// CONDUCTOR_MODEL beats the file's default.
+	// The operator's default (CONDUCTOR_MODEL, resolved as a knob) beats
+	// the file's; the registry itself never reads it.
 	r, err = LoadRegistry(p, envMap(map[string]string{"CONDUCTOR_MODEL": "vllm"}))
-	if err != nil || r.Default() != "vllm" {
-		t.Fatalf("default %q %v", r.Default(), err)
+	if err != nil || r.Default() != "big" {
+		t.Fatalf("default %q %v: the registry read CONDUCTOR_MODEL itself", r.Default(), err)
+	}
+	r.SetDefault("vllm")
+	if r.Default() != "vllm" {
+		t.Fatalf("default %q after SetDefault", r.Default())
 	}
 }
 

@@ -33,7 +33,7 @@ type Options struct {
 	Config   conductor.Config
 
 	Repo         string // --repo: the workspace repository (else WORKER_REPO_ROOT/<workspace>, else the conductor's clone)
-	WorktreeBase string // default WORKER_WORKTREE_BASE, else <data root>/worktrees
+	WorktreeBase string // default Config.WorktreeBase (WORKER_WORKTREE_BASE, else <data root>/worktrees)
 
 	ModelAlias string      // --model; else the task's model
 	Model      ModelClient // the model; if nil, Connect builds it
@@ -59,6 +59,10 @@ type Options struct {
 
 	Events io.Writer // progress: one line per step, or JSONL events with JSON
 	JSON   bool
+	// Getenv is the host environment (default os.Getenv), read for two
+	// things only: the variables a command may receive (the role's
+	// allowlist, commandEnv) and API keys (the model client). Every knob
+	// (limits, pool, worktree base, repository root) comes from Config.
 	Getenv func(string) string
 	Stderr io.Writer // warnings (also kept in the run folder's stderr.txt)
 	Now    func() time.Time
@@ -91,7 +95,7 @@ func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, err
 	if err := ValidRunID(runID); err != nil {
 		return runrec.Result{}, err
 	}
-	opts.Config = opts.Config.WithDefaults(getenvOr(opts.Getenv))
+	opts.Config = opts.Config.WithDefaults()
 	dir := runrec.Dir(opts.Config.RunDir(runID))
 	prev, err := dir.ReadResult()
 	if err != nil {
@@ -179,8 +183,8 @@ func newRunner(opts Options) (*runner, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	r.cfg = opts.Config.WithDefaults(r.getenv)
-	r.lim = resolveLimits(r.task, opts.Role, r.getenv)
+	r.cfg = opts.Config.WithDefaults()
+	r.lim = resolveLimits(r.task, opts.Role, r.cfg)
 	var denied []string
 	for _, t := range r.task.Tools() {
 		if opts.Role.AllowsTool(t) {
@@ -224,17 +228,11 @@ func (r *runner) warnf(format string, args ...any) {
 // run does the whole run; resumeID is set for an explicit Resume.
 func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, err error) {
 	t := r.task
-	r.repo, err = ResolveRepo(r.opts.Repo, t.Workspace, r.cfg, r.getenv)
+	r.repo, err = ResolveRepo(r.opts.Repo, t.Workspace, r.cfg)
 	if err != nil {
 		return res, err
 	}
-	wtBase := r.opts.WorktreeBase
-	if wtBase == "" {
-		wtBase = r.getenv("WORKER_WORKTREE_BASE")
-	}
-	if wtBase == "" {
-		wtBase = r.cfg.WorktreesDir()
-	}
+	wtBase := cmp.Or(r.opts.WorktreeBase, r.cfg.WorktreeBase)
 	// What doctor checks, before anything is made: the sandbox's uid must
 	// reach the worktrees and the scratch folder (a data root under a
 	// private home would fail only at the first command).
@@ -247,7 +245,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 			}
 		}
 	}
-	r.pool = NewPool(wtBase, r.repo, r.getenv)
+	r.pool = NewPool(wtBase, r.repo, r.cfg)
 	r.pool.Now = r.now
 
 	// One process per session.

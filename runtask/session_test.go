@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,9 +193,21 @@ func TestRunLimits(t *testing.T) {
 			return loopModel(ToolReadFile, func(n int) any { return map[string]any{"path": "README.md", "start_line": n + 1} }), context.Background()
 		}, runrec.StatusBudget, "step limit of 3 reached", 3},
 		{"max steps from environment", func(f *fixture, task *Task) (ModelClient, context.Context) {
-			f.env["WORKER_MAX_TOOL_STEPS"] = "2"
+			f.cfg.MaxToolSteps = 2 // the operator's WORKER_MAX_TOOL_STEPS
 			return loopModel(ToolListDir, func(n int) any { return map[string]any{"path": []string{"lib", "."}[n%2]} }), context.Background()
 		}, runrec.StatusBudget, "step limit of 2 reached", 2},
+		{"operator's steps under the role's ceiling", func(f *fixture, task *Task) (ModelClient, context.Context) {
+			f.role.maxSteps, f.cfg.MaxToolSteps = 30, 5 // role maxSteps 30, WORKER_MAX_TOOL_STEPS=5
+			return loopModel(ToolListDir, func(n int) any { return map[string]any{"path": []string{"lib", "."}[n%2]} }), context.Background()
+		}, runrec.StatusBudget, "step limit of 5 reached", 5},
+		{"operator's steps over the role's ceiling", func(f *fixture, task *Task) (ModelClient, context.Context) {
+			f.role.maxSteps, f.cfg.MaxToolSteps = 30, 100 // role maxSteps 30, WORKER_MAX_TOOL_STEPS=100
+			return loopModel(ToolWriteFile, func(n int) any { return map[string]any{"path": fmt.Sprintf("f%d.txt", n), "content": "x\n"} }), context.Background()
+		}, runrec.StatusBudget, "step limit of 30 reached", 30},
+		{"task's steps over the role's ceiling", func(f *fixture, task *Task) (ModelClient, context.Context) {
+			f.role.maxSteps, task.MaxSteps = 4, 40
+			return loopModel(ToolListDir, func(n int) any { return map[string]any{"path": []string{"lib", "."}[n%2]} }), context.Background()
+		}, runrec.StatusBudget, "step limit of 4 reached", 4},
 		{"token budget", func(f *fixture, task *Task) (ModelClient, context.Context) {
 			task.TokenBudget = 250
 			return loopModel(ToolReadFile, func(n int) any { return map[string]any{"path": "README.md", "end_line": n + 1} }), context.Background()
@@ -385,7 +398,7 @@ func TestCheckpointResumeAndDrift(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.env["WORKER_CHECKPOINT_EVERY_N_STEPS"] = "2"
+			f.cfg.CheckpointEvery = ptr(2)
 			store := newMemStore()
 			ctx, cancel := context.WithCancel(context.Background())
 			m1 := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -110,7 +111,7 @@ func TestRunCommandMemoryLimit(t *testing.T) {
 	tb, _, _ := newToolbox(t)
 	role := &memRole{testRole: testRole{commands: [][]string{{"alloc"}}}, mem: 128 << 20}
 	tb.role = role
-	tb.lim = resolveLimits(Task{}, role, testEnv(nil))
+	tb.lim = resolveLimits(Task{}, role, conductor.Config{})
 	sb := &fakeResultSandbox{res: sandbox.Result{ExitCode: 2, Outcome: sandbox.OutcomeMemoryExceeded, MemoryExceeded: true,
 		Output: []byte("fatal error: runtime: out of memory\n")}}
 	tb.sb = sb
@@ -123,7 +124,7 @@ func TestRunCommandMemoryLimit(t *testing.T) {
 		t.Fatalf("result %+v", r)
 	}
 	// A role without the field leaves the sandbox's default (0).
-	if l := resolveLimits(Task{}, &testRole{}, testEnv(nil)); l.MemoryLimit != 0 {
+	if l := resolveLimits(Task{}, &testRole{}, conductor.Config{}); l.MemoryLimit != 0 {
 		t.Fatalf("MemoryLimit %d without a role limit", l.MemoryLimit)
 	}
 }
@@ -168,7 +169,7 @@ func TestRunCommandMemoryLimitInBwrap(t *testing.T) {
 	tb.dir = wt
 	role := &memRole{testRole: testRole{commands: [][]string{{tool}}}, mem: 128 << 20}
 	tb.role, tb.sb = role, sb
-	tb.lim = resolveLimits(Task{}, role, testEnv(nil))
+	tb.lim = resolveLimits(Task{}, role, conductor.Config{})
 	tb.scratch = filepath.Join(dir, "scratch", "run")
 	tb.env, _ = commandEnv(testEnv(nil), role, tb.scratch, nil)
 	r := tb.call(context.Background(), ToolRunCommand, args(map[string]any{"argv": []string{tool, "alloc", "536870912"}}))
@@ -178,5 +179,43 @@ func TestRunCommandMemoryLimitInBwrap(t *testing.T) {
 	r = tb.call(context.Background(), ToolRunCommand, args(map[string]any{"argv": []string{tool, "alloc", "33554432"}}))
 	if r.IsError || !strings.Contains(r.Content, "allocated 33554432 bytes") {
 		t.Fatalf("32 MiB under a 128 MiB role limit: %+v", r)
+	}
+}
+
+// TestResolveLimitsPrecedence: the task's limit, else the operator's
+// (WORKER_MAX_TOOL_STEPS, WORKER_TOKEN_BUDGET), else the default; the
+// role's limits are a ceiling over all three, never an override; the
+// checkpoint cadence is the operator's, cut to the step limit.
+func TestResolveLimitsPrecedence(t *testing.T) {
+	every := func(n int) *int { return &n }
+	for _, tc := range []struct {
+		name              string
+		task              Task
+		role              *testRole
+		cfg               conductor.Config
+		steps, checkpoint int
+		budget            int64
+	}{
+		{"defaults", Task{}, &testRole{}, conductor.Config{}, DefaultMaxSteps, DefaultCheckpointEvery, 0},
+		{"the role caps the default", Task{}, &testRole{maxSteps: 30}, conductor.Config{}, 30, DefaultCheckpointEvery, 0},
+		{"operator under the role", Task{}, &testRole{maxSteps: 30}, conductor.Config{MaxToolSteps: 5}, 5, 5, 0},
+		{"operator over the role", Task{}, &testRole{maxSteps: 30}, conductor.Config{MaxToolSteps: 100}, 30, DefaultCheckpointEvery, 0},
+		{"the task replaces the operator's", Task{MaxSteps: 7}, &testRole{}, conductor.Config{MaxToolSteps: 100}, 7, 5, 0},
+		{"the role caps the task", Task{MaxSteps: 70}, &testRole{maxSteps: 60}, conductor.Config{}, 60, DefaultCheckpointEvery, 0},
+		{"operator's cadence", Task{}, &testRole{}, conductor.Config{CheckpointEvery: every(1)}, DefaultMaxSteps, 1, 0},
+		{"cadence never", Task{}, &testRole{}, conductor.Config{CheckpointEvery: every(0)}, DefaultMaxSteps, 0, 0},
+		{"cadence cut to the steps", Task{}, &testRole{maxSteps: 3}, conductor.Config{CheckpointEvery: every(10)}, 3, 3, 0},
+		{"operator's budget", Task{}, &testRole{}, conductor.Config{TokenBudget: 1000}, DefaultMaxSteps, DefaultCheckpointEvery, 1000},
+		{"the role caps the operator's budget", Task{}, &testRole{budget: 500}, conductor.Config{TokenBudget: 1000}, DefaultMaxSteps, DefaultCheckpointEvery, 500},
+		{"the role's budget when none is asked", Task{}, &testRole{budget: 500}, conductor.Config{}, DefaultMaxSteps, DefaultCheckpointEvery, 500},
+		{"the role caps the task's budget", Task{TokenBudget: 9000}, &testRole{budget: 500}, conductor.Config{}, DefaultMaxSteps, DefaultCheckpointEvery, 500},
+		{"the task's budget under the role's", Task{TokenBudget: 200}, &testRole{budget: 500}, conductor.Config{TokenBudget: 1000}, DefaultMaxSteps, DefaultCheckpointEvery, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := resolveLimits(tc.task, tc.role, tc.cfg)
+			if l.MaxSteps != tc.steps || l.CheckpointEvery != tc.checkpoint || l.TokenBudget != tc.budget {
+				t.Fatalf("steps %d checkpoint %d budget %d; want %d %d %d", l.MaxSteps, l.CheckpointEvery, l.TokenBudget, tc.steps, tc.checkpoint, tc.budget)
+			}
+		})
 	}
 }

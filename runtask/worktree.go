@@ -21,9 +21,9 @@ import (
 )
 
 // ResolveRepo finds the repository a task's workspace names: the explicit
-// repo (--repo), else $WORKER_REPO_ROOT/<workspace>, else the conductor's
-// clone under <data root>/workspaces/<workspace>.
-func ResolveRepo(repo, workspace string, cfg conductor.Config, getenv func(string) string) (patch.Git, error) {
+// repo (--repo), else <cfg.RepoRoot>/<workspace> (WORKER_REPO_ROOT), else
+// the conductor's clone under <data root>/workspaces/<workspace>.
+func ResolveRepo(repo, workspace string, cfg conductor.Config) (patch.Git, error) {
 	if repo != "" {
 		g, err := patch.OpenRepo(repo)
 		if err != nil {
@@ -32,7 +32,7 @@ func ResolveRepo(repo, workspace string, cfg conductor.Config, getenv func(strin
 		return g, nil
 	}
 	var tried []string
-	if root := getenv("WORKER_REPO_ROOT"); root != "" {
+	if root := cfg.RepoRoot; root != "" {
 		p := filepath.Join(root, workspace)
 		if _, err := os.Stat(p); err == nil {
 			return patch.OpenRepo(p)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,9 +18,11 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -50,15 +53,75 @@ type deps struct {
 	storeOnce sync.Once
 	store     bus.Store
 	storeErr  error
+
+	// cfg is the configuration, resolved once per command (resolveConfig).
+	cfg *conductor.Config
 }
 
-// config reads the global flags into the shared configuration.
+// knobFlags maps the flags that set a knob to the knob (conductor.Resolve):
+// such a flag has no EnvVars of its own, so that a value given on the
+// command line is told from one in the environment. land's --sandbox is
+// the gate's (gateSandbox).
+var knobFlags = map[string]string{
+	"data-root": "dataRoot", "config": "configFile", "database-url": "databaseURL", "redis-url": "redisURL",
+	"worktree-base": "worktreeBase", "sandbox": "sandbox", "forge-timeout": "forgeTimeout",
+}
+
+// resolveConfig resolves every knob once, before the command does
+// anything: flags > environment > config file > defaults. A malformed
+// value, a config file named but missing, or a config file whose models or
+// forge section does not load is a usage error (exit 2) naming it.
+func (d *deps) resolveConfig(c *cli.Context) error {
+	if d.cfg != nil {
+		return nil
+	}
+	in := conductor.Inputs{Getenv: d.Getenv, Flags: map[string]conductor.Flag{}}
+	has := func(fs []cli.Flag, name string) bool {
+		return slices.ContainsFunc(fs, func(f cli.Flag) bool { return slices.Contains(f.Names(), name) })
+	}
+	for flag, knob := range knobFlags {
+		// An app flag shadowed by a command's own flag of the same name
+		// (doctor --config) is read from the parent context.
+		at := c
+		if lin := c.Lineage(); c.Command != nil && len(lin) > 1 && has(c.Command.Flags, flag) && has(c.App.Flags, flag) {
+			at = lin[1]
+		}
+		if !at.IsSet(flag) {
+			continue
+		}
+		if flag == "sandbox" && c.Command != nil && c.Command.Name == "land" {
+			knob = "gateSandbox"
+		}
+		in.Flags[knob] = conductor.Flag{Name: "--" + flag, Value: at.String(flag)}
+	}
+	cfg, err := conductor.Resolve(in)
+	if err != nil {
+		return usageErr(err)
+	}
+	// The sections their owners decode are checked now too, so that a bad
+	// models or forge field stops every command, not only the one using it.
+	if _, err := runtask.LoadRegistry(cfg.ConfigFile, d.Getenv); err != nil {
+		return usageErr(err)
+	}
+	if _, err := forge.LoadSettings(cfg.ConfigFile); err != nil {
+		return usageErr(err)
+	}
+	d.cfg = &cfg
+	return nil
+}
+
+// config is the resolved configuration (resolveConfig ran before the
+// command's action; a command reached another way resolves it here, and a
+// malformed knob then keeps its default, the error having no way out).
 func (d *deps) config(c *cli.Context) conductor.Config {
-	return conductor.Config{
-		DataRoot:    c.String("data-root"),
-		DatabaseURL: c.String("database-url"),
-		ConfigFile:  c.String("config"),
-	}.WithDefaults(d.Getenv)
+	if d.cfg == nil {
+		if err := d.resolveConfig(c); err != nil {
+			d.Log.Warn("configuration", "err", err)
+			cfg := conductor.Config{DataRoot: conductor.DefaultDataRoot(d.Getenv)}.WithDefaults()
+			return cfg
+		}
+	}
+	return *d.cfg
 }
 
 // openStore opens the bus store (embedded, or PostgreSQL when a database URL
@@ -149,9 +212,11 @@ func newApp(d *deps) *cli.App {
 		Writer:    d.Stdout,
 		ErrWriter: d.Stderr,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-root", Usage: "folder for runs, worktrees and the embedded store", EnvVars: []string{"CONDUCTOR_HOME"}},
-			&cli.StringFlag{Name: "database-url", Usage: "PostgreSQL URL for the bus store (default: embedded store)", EnvVars: []string{"DATABASE_URL"}},
-			&cli.StringFlag{Name: "config", Usage: "configuration file (model registry, forge)", EnvVars: []string{"CONDUCTOR_CONFIG"}},
+			// Knob flags (knobFlags): their variables are read by
+			// conductor.Resolve, not by the flag, so the source is known.
+			&cli.StringFlag{Name: "data-root", Usage: "folder for runs, worktrees and the embedded store (env CONDUCTOR_HOME)"},
+			&cli.StringFlag{Name: "database-url", Usage: "PostgreSQL URL for the bus store (env DATABASE_URL; default: embedded store)"},
+			&cli.StringFlag{Name: "config", Usage: "configuration file (env CONDUCTOR_CONFIG; default <data root>/config.json when it exists; see conductor doctor --config)"},
 		},
 		Commands: []*cli.Command{
 			newPatchIDCmd(d),
@@ -272,17 +337,21 @@ func decorateAs(d *deps, cmd *cli.Command, parent string) {
 		if len(missing) > 0 {
 			return usagef("required flag(s) not set: --%s", strings.Join(missing, ", --"))
 		}
-		// Throw-away git dirs a killed conductor left behind go now.
-		if n, err := patch.CleanScratch(d.config(c).GitScratchDir()); err != nil {
-			d.Log.Debug("cleaning stale scratch git dirs", "err", err)
-		} else if n > 0 {
-			d.Log.Debug("removed stale scratch git dirs", "count", n)
-		}
 		if action == nil {
 			if c.NArg() > 0 {
 				return unknownCommand(path, c.Args().First(), cmd.Subcommands)
 			}
 			return cli.ShowSubcommandHelp(c)
+		}
+		// Every knob, once, before anything runs.
+		if err := d.resolveConfig(c); err != nil {
+			return err
+		}
+		// Throw-away git dirs a killed conductor left behind go now.
+		if n, err := patch.CleanScratch(d.config(c).GitScratchDir()); err != nil {
+			d.Log.Debug("cleaning stale scratch git dirs", "err", err)
+		} else if n > 0 {
+			d.Log.Debug("removed stale scratch git dirs", "count", n)
 		}
 		return action(c)
 	}

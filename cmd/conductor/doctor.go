@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -61,39 +62,34 @@ doctor also asks it, changing nothing, what pr open and push need: the URL is a
 Gitea, the token (from $GITEA_TOKEN or --token-env) is accepted, the repository
 (--owner/--repo, or the remote of the repository in -C) exists and is neither
 archived nor empty, and the token may push to it (its scopes and the user's
-permission). A failing forge check makes the exit status 1. See docs/forge.md.`,
+permission). A failing forge check makes the exit status 1. See docs/forge.md.
+
+With --config, doctor checks nothing: it prints every knob of the configuration,
+its value and where it came from (a flag, an environment variable, the config
+file's field, or the default), as conductor resolves it for every command: flags
+win over the environment, the environment over the file, the file over defaults.
+A malformed value stops every command with exit status 2 naming it.`,
 		Flags: append([]cli.Flag{
 			&cli.BoolFlag{Name: "json", Usage: "print the report as one JSON object"},
-			&cli.StringFlag{Name: "sandbox", Value: sandbox.BackendAuto, EnvVars: []string{sandbox.EnvBackend},
-				Usage: "the backend runs will use (auto, bwrap, none, docker): exit 0 only if it works"},
+			&cli.BoolFlag{Name: "config", Usage: "print every configuration knob, its value and its source, and exit"},
+			&cli.StringFlag{Name: "sandbox",
+				Usage: "the backend runs will use (auto, bwrap, none, docker; env " + sandbox.EnvBackend + "; default auto): exit 0 only if it works"},
 			&cli.StringFlag{Name: "C", Usage: "local repository whose remote names the forge repository", Value: "."},
 		}, forgeFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("doctor takes no arguments (got %q)", c.Args().First())
 			}
-			opts := doctorOptions{JSON: c.Bool("json"), Backend: c.String("sandbox")}
-			if opts.Backend == "" {
-				opts.Backend = sandbox.BackendAuto
+			cfg := d.config(c)
+			if c.Bool("config") {
+				return printConfig(d.Stdout, cfg, c.Bool("json"))
 			}
-			switch opts.Backend {
-			case sandbox.BackendAuto, sandbox.BackendBwrap, sandbox.BackendNone, sandbox.BackendDocker:
-			default:
-				return usagef("--sandbox %q: want auto, bwrap, none or docker", opts.Backend)
-			}
-			sbOpts, err := sandbox.OptionsFromEnv(d.Getenv)
-			if err != nil {
-				return err
-			}
+			opts := doctorOptions{JSON: c.Bool("json"), Backend: cmp.Or(cfg.Sandbox, sandbox.BackendAuto)}
+			sbOpts := sandbox.OptionsFrom(cfg.SandboxLimits)
 			// Where runs will put worktrees and scratch folders: the
 			// sandbox uid must reach them.
-			cfg := d.config(c)
-			base := d.Getenv("WORKER_WORKTREE_BASE")
-			if base == "" {
-				base = cfg.WorktreesDir()
-			}
 			rep := sandbox.Probe(c.Context, sbOpts,
-				sandbox.Folder{Name: "worktree base", Path: base},
+				sandbox.Folder{Name: "worktree base", Path: cfg.WorktreeBase},
 				sandbox.Folder{Name: "scratch folder", Path: filepath.Join(cfg.DataRoot, "scratch")})
 			opts.Runtimes = runtimeReports(cfg)
 			fs, err := d.forgeSettings(c)
@@ -107,6 +103,34 @@ permission). A failing forge check makes the exit status 1. See docs/forge.md.`,
 			return printDoctor(d.Stdout, rep, opts)
 		},
 	}
+}
+
+// printConfig prints the knobs: a table for people (KNOB VALUE SOURCE),
+// one JSON object for machines.
+func printConfig(w io.Writer, cfg conductor.Config, asJSON bool) error {
+	knobs := cfg.Knobs()
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(map[string]any{"configFile": cfg.ConfigFile, "knobs": knobs})
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KNOB\tVALUE\tSOURCE\tSET BY")
+	for _, k := range knobs {
+		v, src := k.Value, k.Source.String()
+		if v == "" {
+			v = "-"
+		}
+		if k.Source.About != "" {
+			src += ": " + k.Source.About
+		}
+		by := k.Env
+		if k.Field != "" {
+			by += ", " + k.Field
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.Name, v, src, by)
+	}
+	return tw.Flush()
 }
 
 // doctorJSON is the --json document.

@@ -79,6 +79,9 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 	cfg := d.config(c)
 	if task.Model != "" {
 		reg, err := runtask.LoadRegistry(cfg.ConfigFile, d.Getenv)
+		if err == nil {
+			reg.SetDefault(cfg.Model)
+		}
 		if err != nil {
 			return err
 		}
@@ -91,7 +94,7 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 			// A repository may define its own roles (roles/): unless it is
 			// here to look at, an unknown role cannot be told from one the
 			// worker's host will find.
-			if _, rerr := runtask.ResolveRepo("", task.Workspace, cfg, d.Getenv); rerr != nil {
+			if _, rerr := runtask.ResolveRepo("", task.Workspace, cfg); rerr != nil {
 				fmt.Fprintf(d.Stderr, "conductor: enqueue: role %q is not a default role and workspace %q is not here to check its roles/; queued anyway\n", task.Role, task.Workspace)
 				return nil
 			}

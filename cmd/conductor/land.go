@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
@@ -36,7 +38,7 @@ func newLandCmd(d *deps) *cli.Command {
 			"again says so and exits 0. Nothing is pushed.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
-			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (default: auto; the gate runs worker-written code)", EnvVars: []string{"CONDUCTOR_GATE_SANDBOX", "WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (env CONDUCTOR_GATE_SANDBOX, else WORKER_SANDBOX; default: auto; the gate runs worker-written code)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
@@ -75,7 +77,7 @@ func landAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return err
 	}
-	sb, err := gateSandboxFor(c.String("sandbox"), len(pol.Landing().Gate()) > 0, d, c.Bool("json") || c.Bool("quiet"))
+	sb, err := gateSandboxFor(c, d, cmp.Or(cfg.GateSandbox, cfg.Sandbox), len(pol.Landing().Gate()) > 0, c.Bool("json") || c.Bool("quiet"))
 	if err != nil {
 		return err
 	}
@@ -99,7 +101,7 @@ func landAction(c *cli.Context, d *deps) error {
 		DecisionID: id,
 		DryRun:     c.Bool("dry-run"),
 		DataRoot:   cfg.DataRoot,
-		Committer:  landCommitter(ctx, d, repo),
+		Committer:  landCommitter(ctx, d, cfg, repo),
 		Now:        d.Now,
 		Getenv:     d.Getenv,
 		Worktree:   c.Bool("worktree"),
@@ -149,13 +151,13 @@ func faultInjector(getenv func(string) string, area string) func(string) {
 	}
 }
 
-// landCommitter is who commits a landing: GIT_COMMITTER_NAME/EMAIL when
-// set, else the repository's git identity (its own config, then the
+// landCommitter is who commits a landing: the committer knobs
+// (GIT_COMMITTER_NAME/EMAIL, the config file's land section) when set, else the repository's git identity (its own config, then the
 // operator's global one), else conductor <conductor@localhost>. It says on
 // stderr which (unless the variables said so), so a landed commit's
 // committer is never a surprise.
-func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
-	name, email := d.Getenv("GIT_COMMITTER_NAME"), d.Getenv("GIT_COMMITTER_EMAIL")
+func landCommitter(ctx context.Context, d *deps, cfg conductor.Config, repo string) land.Identity {
+	name, email := cfg.CommitterName, cfg.CommitterEmail
 	if name != "" && email != "" {
 		return land.Identity{Name: name, Email: email} // the operator said so
 	}
@@ -168,10 +170,10 @@ func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
 		if name == "" && gn != "" || email == "" && ge != "" {
 			source = "the repository's git config (user.name, user.email)"
 		}
-		name, email = firstOf(name, gn), firstOf(email, ge)
+		name, email = cmp.Or(name, gn), cmp.Or(email, ge)
 	}
 	if name == "" || email == "" {
-		name, email = firstOf(name, "conductor"), firstOf(email, "conductor@localhost")
+		name, email = cmp.Or(name, "conductor"), cmp.Or(email, "conductor@localhost")
 		source = "the default: set user.name and user.email in the repository, or GIT_COMMITTER_NAME/EMAIL"
 	}
 	fmt.Fprintf(d.Stderr, "committer: %s <%s> (%s)\n", name, email, source)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,7 @@ import (
 
 func newPoolCmd(d *deps) *cli.Command {
 	repoFlag := &cli.StringFlag{Name: "repo", Usage: "only the pool of this repository `DIR` (default: every pool under the worktree base)"}
-	baseFlag := &cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)", EnvVars: []string{"WORKER_WORKTREE_BASE"}}
+	baseFlag := &cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)"}
 	return &cli.Command{
 		Name:  "pool",
 		Usage: "the warm worktree pool: finished workers' worktrees, reset and kept for the next task",
@@ -70,7 +71,7 @@ func newPoolCmd(d *deps) *cli.Command {
 					}
 					fmt.Fprintf(d.Stderr, "pruned %d worktrees\n", n)
 					if c.Bool("orphans") {
-						names, err := reapDockerOrphans(c.Context, d)
+						names, err := reapDockerOrphans(c.Context, sandbox.OptionsFrom(d.config(c).SandboxLimits))
 						for _, name := range names {
 							fmt.Fprintf(d.Stdout, "removed container %s\n", name)
 						}
@@ -88,18 +89,15 @@ func newPoolCmd(d *deps) *cli.Command {
 }
 
 func openPools(c *cli.Context, d *deps) ([]*runtask.Pool, error) {
-	base := c.String("worktree-base")
-	if base == "" {
-		base = d.config(c).WorktreesDir()
-	}
+	cfg := d.config(c)
 	if repo := c.String("repo"); repo != "" {
 		g, err := patch.OpenRepo(repo)
 		if err != nil {
 			return nil, err
 		}
-		return []*runtask.Pool{runtask.NewPool(base, g, d.Getenv)}, nil
+		return []*runtask.Pool{runtask.NewPool(cfg.WorktreeBase, g, cfg)}, nil
 	}
-	return runtask.OpenPools(base, d.Getenv)
+	return runtask.OpenPools(cfg.WorktreeBase, cfg)
 }
 
 func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
@@ -148,7 +146,7 @@ func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
 			if len(base) > 12 {
 				base = base[:12]
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, firstOf(s.Owner, "-"), base,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, cmp.Or(s.Owner, "-"), base,
 				s.LastUsed.UTC().Format(time.RFC3339), float64(s.Bytes)/(1<<20), p.Repo)
 		}
 	}
@@ -162,12 +160,8 @@ var errNoDocker = errors.New("no docker CLI")
 // processes that are gone (sandbox.ReapDockerOrphans); errNoDocker when
 // the docker CLI is not installed. An engine that does not answer is an
 // error.
-func reapDockerOrphans(ctx context.Context, d *deps) ([]string, error) {
-	o, err := sandbox.OptionsFromEnv(d.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := exec.LookPath(firstOf(o.Docker.CLI, "docker")); err != nil {
+func reapDockerOrphans(ctx context.Context, o sandbox.Options) ([]string, error) {
+	if _, err := exec.LookPath(cmp.Or(o.Docker.CLI, "docker")); err != nil {
 		return nil, errNoDocker
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -33,8 +33,8 @@ func forgeFlags() []cli.Flag {
 
 // forgeTimeoutFlag bounds every forge request and push.
 func forgeTimeoutFlag() cli.Flag {
-	return &cli.StringFlag{Name: "forge-timeout", EnvVars: []string{forge.TimeoutEnv},
-		Usage: "give up on a forge request or push that has no answer within this long (e.g. 30s, 2m; default 60s)"}
+	return &cli.StringFlag{Name: "forge-timeout",
+		Usage: "give up on a forge request or push that has no answer within this long (e.g. 30s, 2m; env " + forge.TimeoutEnv + "; default 60s)"}
 }
 
 // forgeSettings merges the config file's "forge" section with the flags and
@@ -52,7 +52,7 @@ func (d *deps) forgeSettings(c *cli.Context) (forge.Settings, error) {
 		Owner:     c.String("owner"),
 		Repo:      c.String("repo"),
 		WIPPrefix: c.String("wip-prefix"),
-		Timeout:   c.String("forge-timeout"),
+		Timeout:   cfg.ForgeTimeout, // --forge-timeout, CONDUCTOR_FORGE_TIMEOUT or forge.timeout
 	})
 	return s.WithDefaults(d.Getenv), nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/termtext"
+	"github.com/urfave/cli/v2"
 )
 
 // progressSandbox shows on a terminal what a long sandboxed step is doing:
@@ -71,20 +72,20 @@ func (p *progressSandbox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.R
 	return res, err
 }
 
-// gateSandboxFor is the sandbox review's checks and land's gate run in:
-// --sandbox's backend, else the one ForGate would pick (opened here so that
-// a terminal shows progress); nil lets the domain decide and refuse. quiet
-// (--json, --quiet) shows no progress.
-func gateSandboxFor(name string, needed bool, d *deps, quiet bool) (sandbox.Sandbox, error) {
+// gateSandboxFor is the sandbox review's checks and land's gate run in,
+// with the operator's options: the named backend (the sandbox knobs), else,
+// when a gate will run, auto. When auto works nowhere nil lets the domain
+// refuse with its own words. quiet (--json, --quiet) shows no progress.
+func gateSandboxFor(c *cli.Context, d *deps, name string, needed bool, quiet bool) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var err error
 	switch {
 	case name != "":
-		if sb, err = openSandbox(name, ""); err != nil {
+		if sb, err = d.openSandbox(c, name, ""); err != nil {
 			return nil, err
 		}
-	case needed && isTerminal(d.Stderr) && !quiet:
-		if sb, err = sandbox.ForGate(nil); err != nil {
+	case needed:
+		if sb, err = sandbox.NewWithOptions(sandbox.BackendAuto, sandbox.OptionsFrom(d.config(c).SandboxLimits)); err != nil {
 			return nil, nil // the domain refuses, with its own words
 		}
 	}

@@ -48,7 +48,7 @@ func pushRun(c *cli.Context, d *deps, branch string) error {
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
 	}
-	s = s.Merge(forge.Settings{URL: c.String("gitea-url"), TokenEnv: c.String("token-env"), Remote: c.String("remote"), Timeout: c.String("forge-timeout")}).WithDefaults(d.Getenv)
+	s = s.Merge(forge.Settings{URL: c.String("gitea-url"), TokenEnv: c.String("token-env"), Remote: c.String("remote"), Timeout: cfg.ForgeTimeout}).WithDefaults(d.Getenv)
 	if err := s.ValidateTimeout(); err != nil {
 		return usageErr(fmt.Errorf("push: %w", err))
 	}

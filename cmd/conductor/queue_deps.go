@@ -16,7 +16,7 @@ import (
 func queueFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "queue", Value: queue.DefaultKey, Usage: "queue key (Redis list or embedded queue name)", EnvVars: []string{"CONDUCTOR_QUEUE"}},
-		&cli.StringFlag{Name: "redis-url", Usage: "Redis URL; without it the embedded store's queue is used", EnvVars: []string{"REDIS_URL"}},
+		&cli.StringFlag{Name: "redis-url", Usage: "Redis URL (env REDIS_URL); without it the embedded store's queue is used"},
 		&cli.IntFlag{Name: "max-attempts", Value: queue.DefaultMaxAttempts, Usage: "attempts before a job goes to the dead-letter list"},
 		&cli.DurationFlag{Name: "heartbeat-ttl", Value: 30 * time.Second, Usage: "a consumer (Redis or embedded queue) silent this long is dead and its jobs return to the queue"},
 	}
@@ -33,7 +33,7 @@ func consumerName() string {
 // openQueue opens Redis when a URL is set, else the embedded store's queue.
 // consumer is empty for producers.
 func (d *deps) openQueue(c *cli.Context, consumer string) (queue.Queue, error) {
-	if url := c.String("redis-url"); url != "" {
+	if url := d.config(c).RedisURL; url != "" {
 		return queue.DialRedis(c.Context, queue.RedisOptions{
 			URL: url, Key: c.String("queue"), Consumer: consumer,
 			MaxAttempts: c.Int("max-attempts"), HeartbeatTTL: c.Duration("heartbeat-ttl"), Now: d.Now,

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -48,7 +48,7 @@ func newReviewCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			// For --redispatch (as run-task run).
 			&cli.StringFlag{Name: "model", Usage: "with --redispatch: model ALIAS (default: the task's, else $CONDUCTOR_MODEL)"},
-			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, docker, auto or none (default: auto; the role's for the worker)", EnvVars: []string{"WORKER_SANDBOX"}},
+			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the checks and the gate (and, with --redispatch, the worker): bwrap, docker, auto or none (env WORKER_SANDBOX; default: auto; the role's for the worker)"},
 			&cli.BoolFlag{Name: "keep-worktree", Usage: "with --redispatch: keep the worktree after the run"},
 			&cli.BoolFlag{Name: "progress", Usage: "with --redispatch: print a progress line per step on stderr"},
 		},
@@ -129,8 +129,8 @@ func reviewAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return fmt.Errorf("review: %w", err)
 	}
-	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
-	sb, err := gateSandboxFor(c.String("sandbox"), true, d, c.Bool("json") || c.Bool("quiet"))
+	reviewer := cmp.Or(c.String("reviewer"), d.Getenv("USER"), "conductor")
+	sb, err := gateSandboxFor(c, d, cfg.Sandbox, true, c.Bool("json") || c.Bool("quiet"))
 	if err != nil {
 		return err
 	}
@@ -168,15 +168,12 @@ func reviewAction(c *cli.Context, d *deps) error {
 	return nil
 }
 
-// openSandbox opens a named backend; one that cannot run here is a refusal
+// openSandbox opens a named backend with the operator's options; one that cannot run here is a refusal
 // (sandbox-unavailable), never silently replaced by another. runID, when
 // known, labels a docker backend's container. The caller releases it with
 // closeSandbox when the job ends.
-func openSandbox(name, runID string) (sandbox.Sandbox, error) {
-	o, err := sandbox.OptionsFromEnv(os.Getenv)
-	if err != nil {
-		return nil, err
-	}
+func (d *deps) openSandbox(c *cli.Context, name, runID string) (sandbox.Sandbox, error) {
+	o := sandbox.OptionsFrom(d.config(c).SandboxLimits)
 	o.Docker.RunID = runID
 	sb, err := sandbox.NewWithOptions(name, o)
 	if errors.Is(err, sandbox.ErrUnavailable) {
@@ -249,7 +246,7 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
 	}
 	opts.Role = role
-	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), "")
+	sb, err := d.openSandbox(c, cmp.Or(d.config(c).Sandbox, role.SandboxBackend(), sandbox.BackendAuto), "")
 	if err != nil {
 		return err
 	}

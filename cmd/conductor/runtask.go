@@ -25,7 +25,7 @@ func runTaskFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Usage: "model ALIAS from the registry, or replay:FILE (default: the task's model, else $CONDUCTOR_MODEL, else the config file's default)"},
 		&cli.StringFlag{Name: "repo", Usage: "the workspace repository `DIR` (default: $WORKER_REPO_ROOT/<workspace>, else <data root>/workspaces/<workspace>)"},
 		&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
-		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (default: the role's)", EnvVars: []string{"WORKER_SANDBOX"}},
+		&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for commands: bwrap, docker, none or auto (env WORKER_SANDBOX; default: the role's)"},
 		&cli.BoolFlag{Name: "json", Usage: "print JSONL progress events on stdout, the last one holding the result"},
 		&cli.BoolFlag{Name: "progress", Usage: "print a progress line per step on stderr even when it is not a terminal"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines, even on a terminal"},
@@ -103,6 +103,7 @@ func runTaskOptions(c *cli.Context, d *deps) (runtask.Options, error) {
 	if err != nil {
 		return runtask.Options{}, err
 	}
+	reg.SetDefault(cfg.Model)
 	opts := runtask.Options{
 		Config:       cfg,
 		Repo:         c.String("repo"),
@@ -197,7 +198,7 @@ func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*poli
 		} else if !isDir(dir) {
 			return nil, fmt.Errorf("roles folder %s: not a folder", dir)
 		}
-	} else if g, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config, opts.Getenv); err == nil && g.WorkTree != "" {
+	} else if g, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config); err == nil && g.WorkTree != "" {
 		if sub := filepath.Join(g.WorkTree, "roles"); isDir(sub) {
 			dir, load = sub, policy.LoadRepo
 		}

@@ -22,11 +22,7 @@ func newSandboxCmd(d *deps) *cli.Command {
 					if c.NArg() > 0 {
 						return usagef("sandbox image build takes no arguments")
 					}
-					o, err := sandbox.OptionsFromEnv(d.Getenv)
-					if err != nil {
-						return usageErr(err)
-					}
-					name, err := sandbox.DockerImage(o)
+					name, err := sandbox.DockerImage(sandbox.OptionsFrom(d.config(c).SandboxLimits))
 					if err != nil {
 						return err
 					}

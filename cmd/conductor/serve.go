@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
@@ -34,7 +35,7 @@ func newServeCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "token-file", Usage: "operator tokens, one `FILE` line of name:token each", EnvVars: []string{"CONDUCTOR_SERVE_TOKEN_FILE"}},
 			&cli.StringFlag{Name: "operator", Usage: "the operator `NAME` the token in $CONDUCTOR_SERVE_TOKEN stands for (default $USER)"},
 			&cli.DurationFlag{Name: "poll", Value: time.Second, Usage: "how often live pages look for changes (a `DURATION`, at least 50ms)"},
-			&cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` of the pools shown (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)", EnvVars: []string{"WORKER_WORKTREE_BASE"}},
+			&cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` of the pools shown (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -51,14 +52,14 @@ func newServeCmd(d *deps) *cli.Command {
 			if err != nil {
 				return err
 			}
-			base := firstOf(c.String("worktree-base"), d.config(c).WorktreesDir())
+			cfg := d.config(c)
 			err = web.Run(c.Context, web.Options{
 				Store:     st,
 				RunsDir:   d.config(c).RunsDir(),
 				Listen:    c.String("listen"),
 				Operators: ops,
 				Poll:      c.Duration("poll"),
-				Pools:     func(ctx context.Context) ([]web.Pool, error) { return servePools(ctx, base, d.Getenv) },
+				Pools:     func(ctx context.Context) ([]web.Pool, error) { return servePools(ctx, cfg) },
 				Audit:     serveAudit(st),
 				Secrets:   serveSecrets(os.Environ()),
 				Log:       d.Log,
@@ -139,8 +140,8 @@ func serveSecrets(environ []string) []string {
 	return out
 }
 
-func servePools(ctx context.Context, base string, getenv func(string) string) ([]web.Pool, error) {
-	pools, err := runtask.OpenPools(base, getenv)
+func servePools(ctx context.Context, cfg conductor.Config) ([]web.Pool, error) {
+	pools, err := runtask.OpenPools(cfg.WorktreeBase, cfg)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,7 +55,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 			}
 			cfg := d.config(c)
 			backend := "embedded store queue (no REDIS_URL)"
-			if u := c.String("redis-url"); u != "" {
+			if u := cfg.RedisURL; u != "" {
 				backend = "redis " + bus.RedactURL(u)
 			}
 			store := "embedded " + cfg.DataRoot + "/bus.db"
@@ -73,7 +74,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 				return err
 			}
 			// Containers a killed worker left behind (the docker backend).
-			if names, err := reapDockerOrphans(c.Context, d); err != nil && c.String("sandbox") == sandbox.BackendDocker {
+			if names, err := reapDockerOrphans(c.Context, sandbox.OptionsFrom(cfg.SandboxLimits)); err != nil && cfg.Sandbox == sandbox.BackendDocker {
 				fmt.Fprintf(d.Stderr, "conductor: reap orphan sandbox containers: %v\n", err)
 			} else if len(names) > 0 {
 				fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))
@@ -294,7 +295,7 @@ func (w *jobRunner) checkInput(opts runtask.Options, task runtask.Task) error {
 			return fmt.Errorf("task %s: %w", task.ID, err)
 		}
 	}
-	if _, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config, opts.Getenv); err != nil {
+	if _, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config); err != nil {
 		return fmt.Errorf("task %s: %w", task.ID, err)
 	}
 	return nil
@@ -390,7 +391,7 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 		return "", err
 	}
 	dopts := forge.DraftOptions{
-		RunDir: string(dir), Issue: issue, Settings: settings.WithDefaults(w.d.Getenv),
+		RunDir: string(dir), Issue: issue, Settings: settings.Merge(forge.Settings{Timeout: cfg.ForgeTimeout}).WithDefaults(w.d.Getenv),
 		Getenv: w.d.Getenv, Verdicts: w.store, Log: w.d.Log,
 	}
 	if l, ok := w.store.(bus.Locker); ok {
@@ -465,7 +466,7 @@ func prepareRun(c *cli.Context, d *deps, opts *runtask.Options, task runtask.Tas
 		return err
 	}
 	opts.Role = role
-	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), opts.RunID)
+	sb, err := d.openSandbox(c, cmp.Or(d.config(c).Sandbox, role.SandboxBackend(), sandbox.BackendAuto), opts.RunID)
 	if err != nil {
 		return err
 	}

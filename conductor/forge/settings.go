@@ -110,15 +110,14 @@ func (s Settings) Merge(over Settings) Settings {
 }
 
 // WithDefaults fills the URL from GITEA_URL when unset, and the defaults.
+// The timeout's variable (CONDUCTOR_FORGE_TIMEOUT) is a knob the caller
+// resolved (conductor.Config.ForgeTimeout) and merged in.
 func (s Settings) WithDefaults(getenv func(string) string) Settings {
 	if s.URL == "" {
 		s.URL = getenv(DefaultURLEnv)
 	}
 	if s.TokenEnv == "" {
 		s.TokenEnv = DefaultTokenEnv
-	}
-	if s.Timeout == "" {
-		s.Timeout = getenv(TimeoutEnv)
 	}
 	if s.Remote == "" {
 		s.Remote = DefaultRemote

@@ -317,3 +317,6 @@ func inNamespaceAlive(pid int, nsLink string) bool {
 // Options.Reachable): a run checks its worktree base and scratch folder
 // before it starts, not at its first command.
 func (b *bwrapBackend) Reachable(path string) error { return b.opts.Reachable(path) }
+
+// PrepareWorktree hands dir to this sandbox's uid (Options.PrepareWorktree).
+func (b *bwrapBackend) PrepareWorktree(dir string) error { return b.opts.PrepareWorktree(dir) }

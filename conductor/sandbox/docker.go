@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor"
 )
 
 // The docker backend runs every command of a job in one container made for
@@ -52,14 +54,15 @@ const (
 	dockerLabelDir   = "dev.conductor.worktree" // the worktree's host path
 )
 
-// Environment variables read by OptionsFromEnv for the docker backend.
+// Environment variables of the docker backend's knobs (resolved by
+// conductor.Resolve, like the others of OptionsFrom).
 const (
-	EnvDockerHost   = "DOCKER_HOST"             // the engine (as the docker CLI reads it)
-	EnvDockerImage  = "CONDUCTOR_DOCKER_IMAGE"  // an operator's image; default: the conductor's own scratch image
-	EnvDockerMemory = "CONDUCTOR_DOCKER_MEMORY" // bytes (K, M, G suffixes allowed)
-	EnvDockerCPUs   = "CONDUCTOR_DOCKER_CPUS"   // a number of CPUs, e.g. 1.5
-	EnvDockerPids   = "CONDUCTOR_DOCKER_PIDS"   // the container's process limit (default: MaxProcs)
-	EnvDockerCLI    = "CONDUCTOR_DOCKER"        // path of the docker CLI
+	EnvDockerHost   = conductor.EnvDockerHost   // the engine (as the docker CLI reads it)
+	EnvDockerImage  = conductor.EnvDockerImage  // an operator's image; default: the conductor's own scratch image
+	EnvDockerMemory = conductor.EnvDockerMemory // bytes (K, M, G suffixes allowed)
+	EnvDockerCPUs   = conductor.EnvDockerCPUs   // a number of CPUs, e.g. 1.5
+	EnvDockerPids   = conductor.EnvDockerPids   // the container's process limit (default: MaxProcs)
+	EnvDockerCLI    = conductor.EnvDockerCLI    // path of the docker CLI
 )
 
 const (
@@ -90,35 +93,6 @@ type DockerOptions struct {
 	RunID string
 }
 
-func dockerOptionsFromEnv(getenv func(string) string) (DockerOptions, error) {
-	var d DockerOptions
-	d.CLI = strings.TrimSpace(getenv(EnvDockerCLI))
-	d.Host = strings.TrimSpace(getenv(EnvDockerHost))
-	d.Image = strings.TrimSpace(getenv(EnvDockerImage))
-	if v := strings.TrimSpace(getenv(EnvDockerMemory)); v != "" {
-		n, err := ParseBytes(v)
-		if err != nil || n < MinMemory {
-			return d, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least %s", EnvDockerMemory, v, bytesize(MinMemory))
-		}
-		d.MemoryBytes = n
-	}
-	if v := strings.TrimSpace(getenv(EnvDockerCPUs)); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || f > 1024 {
-			return d, fmt.Errorf("%s=%q: want a positive number of CPUs", EnvDockerCPUs, v)
-		}
-		d.CPUs = f
-	}
-	if v := strings.TrimSpace(getenv(EnvDockerPids)); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < dockerPidsFloor {
-			return d, fmt.Errorf("%s=%q: want a number of processes, at least %d", EnvDockerPids, v, dockerPidsFloor)
-		}
-		d.PidsLimit = n
-	}
-	return d, nil
-}
-
 func (d DockerOptions) withDefaults(o Options) DockerOptions {
 	if d.MemoryBytes == 0 {
 		d.MemoryBytes = DefaultDockerMemory
@@ -136,6 +110,9 @@ func (d DockerOptions) withDefaults(o Options) DockerOptions {
 }
 
 // dockerBackend is the docker sandbox. Close removes its containers.
+// PrepareWorktree hands dir to this sandbox's uid (Options.PrepareWorktree).
+func (d *dockerBackend) PrepareWorktree(dir string) error { return d.opts.PrepareWorktree(dir) }
+
 type dockerBackend struct {
 	opts    Options
 	dopts   DockerOptions

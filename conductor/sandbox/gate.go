@@ -68,19 +68,29 @@ func RunGate(ctx context.Context, sb Sandbox, dir, root string, argv, env []stri
 		if sb.Name() == BackendNone {
 			break // runs as the conductor: nothing to hand over
 		}
-		if err := PrepareWorktree(d); err != nil {
+		if err := prepareFor(sb, d); err != nil {
 			return Result{}, fmt.Errorf("gate: %w", err)
 		}
 	}
 	return sb.Run(ctx, Spec{Dir: dir, Scratch: root, Argv: argv, Env: env, Timeout: timeout, OutputLimit: outputLimit})
 }
 
+// prepareFor hands dir to sb's uid with sb's own options (the default
+// identity for a backend that does not say).
+func prepareFor(sb Sandbox, dir string) error {
+	if p, ok := sb.(interface{ PrepareWorktree(string) error }); ok {
+		return p.PrepareWorktree(dir)
+	}
+	return Options{}.PrepareWorktree(dir)
+}
+
 // ForGate returns sb, or, when sb is nil, the default backend ("auto":
-// bubblewrap when it works). A gate never silently runs unsandboxed: with no
+// bubblewrap when it works) with the default options (the CLI always
+// passes one made with the operator's: OptionsFrom). A gate never silently runs unsandboxed: with no
 // working sandbox the error wraps ErrUnavailable and the caller refuses.
 func ForGate(sb Sandbox) (Sandbox, error) {
 	if sb != nil {
 		return sb, nil
 	}
-	return New(BackendAuto)
+	return NewWithOptions(BackendAuto, Options{})
 }

@@ -13,34 +13,17 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor"
 )
 
 // MinMemory is the smallest memory limit a command may get: below it the
 // sandbox itself (bwrap, a Go program's runtime) cannot start reliably.
-const MinMemory = 64 << 20
+const MinMemory = conductor.MinSandboxMemory
 
 // ParseBytes reads a byte count: digits, optionally followed by K, M or G
 // (binary: 1K is 1024), with an optional "i" and "B" (512MiB, 2G, 1073741824).
-func ParseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	u := strings.ToUpper(s)
-	u = strings.TrimSuffix(u, "B")
-	u = strings.TrimSuffix(u, "I")
-	mult := int64(1)
-	switch {
-	case strings.HasSuffix(u, "K"):
-		mult, u = 1<<10, u[:len(u)-1]
-	case strings.HasSuffix(u, "M"):
-		mult, u = 1<<20, u[:len(u)-1]
-	case strings.HasSuffix(u, "G"):
-		mult, u = 1<<30, u[:len(u)-1]
-	}
-	n, err := strconv.ParseInt(u, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a byte count", s)
-	}
-	return n * mult, nil
-}
+func ParseBytes(s string) (int64, error) { return conductor.ParseBytes(s) }
 
 // memoryLimit is the limit for one command: Spec.MemoryLimit may lower
 // Options.MaxMemory (the operator's), never raise it.

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"fmt"
 	"io"
-	"os"
 	"runtime"
 	"strings"
 )
@@ -15,16 +14,6 @@ const (
 	BackendNone   = "none"
 	BackendDocker = "docker"
 )
-
-// New returns the named backend with the options from the environment
-// (OptionsFromEnv(os.Getenv)). See NewWithOptions.
-func New(name string) (Sandbox, error) {
-	o, err := OptionsFromEnv(os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	return NewWithOptions(name, o)
-}
 
 // NewWithOptions returns a backend:
 //

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor"
 )
 
 // Defaults for Options. They are generous enough for `go test ./...` on a
@@ -88,76 +88,42 @@ type Options struct {
 	Docker DockerOptions
 }
 
-// Environment variables read by OptionsFromEnv.
+// Environment variables of the sandbox's knobs. They are read, checked
+// and given their sources once, by conductor.Resolve; the sandbox receives
+// the values (OptionsFrom).
 const (
-	EnvUID      = "CONDUCTOR_SANDBOX_UID"        // "UID" or "UID:GID"
-	EnvMaxProcs = "CONDUCTOR_SANDBOX_MAX_PROCS"  // RLIMIT_NPROC
-	EnvReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"   // colon-separated extra read-only paths
-	EnvBwrap    = "CONDUCTOR_BWRAP"              // path of the bwrap executable
-	EnvMemory   = "CONDUCTOR_SANDBOX_MAX_MEMORY" // bytes (or with K, M, G): Options.MaxMemory
-	EnvCgroup   = "CONDUCTOR_SANDBOX_CGROUP"     // a delegated cgroup v2 folder: Options.Cgroup
-	EnvBackend  = "WORKER_SANDBOX"               // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
+	EnvUID      = conductor.EnvSandboxUID      // "UID" or "UID:GID"
+	EnvMaxProcs = conductor.EnvSandboxMaxProcs // RLIMIT_NPROC
+	EnvReadOnly = conductor.EnvSandboxReadOnly // colon-separated extra read-only paths
+	EnvBwrap    = conductor.EnvBwrap           // path of the bwrap executable
+	EnvMemory   = conductor.EnvSandboxMemory   // bytes (or with K, M, G): Options.MaxMemory
+	EnvCgroup   = conductor.EnvSandboxCgroup   // a delegated cgroup v2 folder: Options.Cgroup
+	EnvBackend  = conductor.EnvSandbox         // the backend runs use (auto, bwrap, docker, none), as run-task --sandbox reads it
 )
 
-// OptionsFromEnv reads the CONDUCTOR_SANDBOX_* variables. getenv is usually
-// os.Getenv; a nil getenv reads nothing.
+// OptionsFrom turns the operator's sandbox settings, resolved and checked
+// by conductor.Resolve (Config.SandboxLimits), into Options.
+func OptionsFrom(l conductor.SandboxLimits) Options {
+	return Options{
+		UID: l.UID, GID: l.GID, MaxProcs: l.MaxProcs, MaxMemory: l.MaxMemory, Cgroup: l.Cgroup,
+		ReadOnly: l.ReadOnly, BwrapPath: l.Bwrap,
+		Docker: DockerOptions{CLI: l.DockerCLI, Host: l.DockerHost, Image: l.DockerImage,
+			MemoryBytes: l.DockerMem, CPUs: l.DockerCPUs, PidsLimit: l.DockerPids},
+	}
+}
+
+// OptionsFromEnv is OptionsFrom of the sandbox variables alone
+// (conductor.ResolveSandbox: no flag, no config file), for tools and tests
+// that have no resolved Config; a nil getenv reads nothing.
 func OptionsFromEnv(getenv func(string) string) (Options, error) {
-	var o Options
 	if getenv == nil {
-		return o, nil
+		return Options{}, nil
 	}
-	if v := strings.TrimSpace(getenv(EnvUID)); v != "" {
-		us, gs, hasGID := strings.Cut(v, ":")
-		uid, err := strconv.Atoi(us)
-		if err != nil || uid < 0 {
-			return o, fmt.Errorf("%s=%q: want UID or UID:GID (non-negative numbers)", EnvUID, v)
-		}
-		gid := uid
-		if hasGID {
-			if gid, err = strconv.Atoi(gs); err != nil || gid < 0 {
-				return o, fmt.Errorf("%s=%q: want UID or UID:GID (non-negative numbers)", EnvUID, v)
-			}
-		}
-		if uid == 0 || gid == 0 {
-			return o, fmt.Errorf("%s=%q: the sandbox never runs as root (uid or gid 0)", EnvUID, v)
-		}
-		o.UID, o.GID = &uid, &gid
+	l, err := conductor.ResolveSandbox(getenv)
+	if err != nil {
+		return Options{}, err
 	}
-	if v := strings.TrimSpace(getenv(EnvMaxProcs)); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil || n < 16 {
-			return o, fmt.Errorf("%s=%q: want a number of processes, at least 16", EnvMaxProcs, v)
-		}
-		o.MaxProcs = n
-	}
-	if v := strings.TrimSpace(getenv(EnvReadOnly)); v != "" {
-		for _, p := range filepath.SplitList(v) {
-			if p == "" {
-				continue
-			}
-			if !filepath.IsAbs(p) {
-				return o, fmt.Errorf("%s: %q is not an absolute path", EnvReadOnly, p)
-			}
-			o.ReadOnly = append(o.ReadOnly, filepath.Clean(p))
-		}
-	}
-	if v := strings.TrimSpace(getenv(EnvMemory)); v != "" {
-		n, err := ParseBytes(v)
-		if err != nil || n < MinMemory {
-			return o, fmt.Errorf("%s=%q: want a number of bytes (K, M, G suffixes allowed), at least %s", EnvMemory, v, bytesize(MinMemory))
-		}
-		o.MaxMemory = uint64(n)
-	}
-	if v := strings.TrimSpace(getenv(EnvCgroup)); v != "" {
-		if !filepath.IsAbs(v) {
-			return o, fmt.Errorf("%s=%q: want the absolute path of a cgroup v2 folder", EnvCgroup, v)
-		}
-		o.Cgroup = filepath.Clean(v)
-	}
-	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
-	var err error
-	o.Docker, err = dockerOptionsFromEnv(getenv)
-	return o, err
+	return OptionsFrom(l), nil
 }
 
 func (o Options) withDefaults() Options {

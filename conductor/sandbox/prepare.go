@@ -8,11 +8,11 @@ import (
 	"syscall"
 )
 
-// PrepareWorktree makes dir usable by the sandbox uid, with the options
-// from the environment (CONDUCTOR_SANDBOX_UID). Call it after creating a
-// worktree (or a scratch folder) and before the first command runs in it.
-// The bwrap backend repeats the ownership step before every command, so
-// files a tool wrote as root in between stay writable by the worker.
+// PrepareWorktree makes dir usable by the sandbox uid. Call it after
+// creating a worktree (or a scratch folder) and before the first command
+// runs in it. The bwrap backend repeats the ownership step before every
+// command, so files a tool wrote as root in between stay writable by the
+// worker.
 //
 // When the conductor runs as root it checks that every ancestor of dir
 // can be traversed by the sandbox uid (bwrap resolves the bind source as
@@ -21,15 +21,6 @@ import (
 // follows a symlink. When the conductor is not root the sandbox runs as
 // the conductor's own uid and nothing needs to change: it only checks that
 // dir is a directory.
-func PrepareWorktree(dir string) error {
-	o, err := OptionsFromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	return o.PrepareWorktree(dir)
-}
-
-// PrepareWorktree is PrepareWorktree with these options.
 func (o Options) PrepareWorktree(dir string) error {
 	id, err := o.identity()
 	if err != nil {

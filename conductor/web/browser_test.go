@@ -138,11 +138,12 @@ func newBrowserEnv(t *testing.T) *browserEnv {
 	must(t, err)
 	e.role, err = e.pol.Role("tester")
 	must(t, err)
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": filepath.Join(root, "home"), "WORKER_CHECKPOINT_EVERY_N_STEPS": "1"}
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": filepath.Join(root, "home")}
 	e.getenv = func(k string) string { return env[k] }
 	e.sb, err = sandbox.NewWithOptions(sandbox.BackendNone, sandbox.Options{Warn: io.Discard})
 	must(t, err)
-	e.cfg = conductor.Config{DataRoot: e.data}.WithDefaults(e.getenv)
+	every := 1
+	e.cfg = conductor.Config{DataRoot: e.data, CheckpointEvery: &every}.WithDefaults()
 	e.store, err = bus.Open(context.Background(), bus.Options{DataRoot: e.data})
 	must(t, err)
 	t.Cleanup(func() { e.store.Close() })

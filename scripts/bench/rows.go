@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
@@ -16,6 +17,9 @@ import (
 	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 )
+
+// poolOf is a configuration whose pool keeps n free worktrees.
+func poolOf(n int) conductor.Config { return conductor.Config{PoolSize: &n} }
 
 // envWith is a getenv that overrides some variables.
 func envWith(over map[string]string) func(string) string {
@@ -56,7 +60,7 @@ func dirty(wt string, i int) error {
 // rowPrep: taking a warm pooled worktree (reset to a nearby commit) against
 // `git worktree add --detach`.
 func (b *bench) rowPrep() error {
-	pool := runtask.NewPool(filepath.Join(b.tmp, "pool"), patch.Git{GitDir: b.gitDir}, envWith(map[string]string{"WORKER_POOL_SIZE": "2"}))
+	pool := runtask.NewPool(filepath.Join(b.tmp, "pool"), patch.Git{GitDir: b.gitDir}, poolOf(2))
 	l, err := pool.Acquire(b.ctx, b.base, "bench")
 	if err != nil {
 		return fmt.Errorf("fill the pool: %w", err)

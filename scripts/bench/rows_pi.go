@@ -45,7 +45,11 @@ func (b *bench) rowPi() error {
 		b.rows = append(b.rows, r)
 		return nil
 	}
-	sb, err := sandbox.New(sandbox.BackendBwrap)
+	sbOpts, err := sandbox.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	sb, err := sandbox.NewWithOptions(sandbox.BackendBwrap, sbOpts)
 	if err != nil {
 		return fmt.Errorf("the pi runtime runs only sandboxed: %w", err)
 	}
@@ -93,8 +97,8 @@ func (b *bench) rowPi() error {
 			Session:      session, TimeoutSeconds: 600, Base: b.base, MaxSteps: 30, Runtime: runtime}
 	}
 	run := func(session, runtime string) (time.Duration, error) {
-		opts := runtask.Options{Task: task(session, runtime), Config: conductor.Config{DataRoot: dataRoot, PiDir: piDir}, Repo: b.repo,
-			Role: role, Sandbox: sb, Getenv: envWith(map[string]string{"WORKER_POOL_SIZE": "1"}), Stderr: io.Discard}
+		opts := runtask.Options{Task: task(session, runtime), Config: conductor.Config{DataRoot: dataRoot, PiDir: piDir, PoolSize: poolOf(1).PoolSize}, Repo: b.repo,
+			Role: role, Sandbox: sb, Getenv: envWith(nil), Stderr: io.Discard}
 		if runtime == runtask.RuntimePi {
 			opts.Registry, opts.ModelAlias = reg, runtask.ReplayPrefix+scriptFile
 		} else {

@@ -118,10 +118,10 @@ func (b *bench) rowOverhead() error {
 	conductorRun := func(session, poolSize string) (time.Duration, error) {
 		var res runrec.Result
 		d, err := timed(func() (err error) {
-			res, err = runtask.Run(b.ctx, runtask.Options{Task: task(session), Config: conductor.Config{DataRoot: dataRoot}, Repo: b.repo,
+			res, err = runtask.Run(b.ctx, runtask.Options{Task: task(session), Config: conductor.Config{DataRoot: dataRoot, PoolSize: poolOf(map[string]int{"0": 0, "1": 1}[poolSize]).PoolSize}, Repo: b.repo,
 				WorktreeBase: filepath.Join(dataRoot, "worktrees-pool-"+poolSize), // the cold runs must not take the warm runs' slot
 				Model:        &zeroModel{steps: steps}, ModelName: "bench", ModelAlias: "bench", Role: role,
-				Getenv: envWith(map[string]string{"WORKER_POOL_SIZE": poolSize}), Stderr: io.Discard})
+				Getenv: envWith(nil), Stderr: io.Discard})
 			return err
 		})
 		if err != nil {
@@ -288,7 +288,7 @@ func (b *bench) rowQueue() error {
 	// time: the bench measures warm workers.
 	wtBase := filepath.Join(data, "worktrees")
 	env = append(env, "WORKER_WORKTREE_BASE="+wtBase)
-	pool := runtask.NewPool(wtBase, patch.Git{GitDir: filepath.Join(repo, ".git")}, envWith(map[string]string{"WORKER_POOL_SIZE": fmt.Sprint(workers)}))
+	pool := runtask.NewPool(wtBase, patch.Git{GitDir: filepath.Join(repo, ".git")}, poolOf(workers))
 	head, err := b.git(repo, "rev-parse", "HEAD")
 	if err != nil {
 		return err
