@@ -212,3 +212,143 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 }
+
+// knobReaders may read WORKER_*/CONDUCTOR_* variables: the configuration
+// code (conductor: Resolve), the command line, and the tools and doubles
+// that are not the product (scripts/, test harnesses).
+var knobReaders = append([]string{"conductor$", "cmd/conductor", "scripts"}, doubles...)
+
+// TestKnobsResolvedOnce: no production package outside the configuration
+// code and the command line reads a knob's variable (WORKER_*,
+// CONDUCTOR_*) itself — by os.Getenv, os.LookupEnv, or a getenv-like
+// function value it was given — with the name as a literal, a constant
+// (of its own package or another), or a literal prefix. Domain packages
+// receive values (conductor.Config); what they may still read from the host
+// environment is the worker's allowlist passthrough and API keys, whose
+// names are never knobs.
+func TestKnobsResolvedOnce(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type file struct {
+		pkg string
+		f   *ast.File
+	}
+	var files []file
+	consts := map[string]map[string]string{} // package → const name → string value
+	fset := token.NewFileSet()
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (name == "testdata" || strings.HasPrefix(name, ".") || name == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(path))
+		rel = filepath.ToSlash(rel)
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		files = append(files, file{rel, f})
+		if consts[rel] == nil {
+			consts[rel] = map[string]string{}
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i < len(vs.Values) {
+						if lit, ok := vs.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[rel][name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	isKnob := func(s string) bool { return strings.HasPrefix(s, "WORKER_") || strings.HasPrefix(s, "CONDUCTOR_") }
+	checked := 0
+	for _, fl := range files {
+		if under(fl.pkg, knobReaders) {
+			continue
+		}
+		imports := map[string]string{} // local name → package relative to the module
+		for _, imp := range fl.f.Imports {
+			ip, _ := strconv.Unquote(imp.Path.Value)
+			ours, ok := strings.CutPrefix(ip, module+"/")
+			if !ok {
+				continue
+			}
+			name := ours[strings.LastIndex(ours, "/")+1:]
+			if imp.Name != nil {
+				name = imp.Name.Name
+			}
+			imports[name] = ours
+		}
+		// name is the variable an argument names, "" when none is known.
+		var name func(e ast.Expr) string
+		name = func(e ast.Expr) string {
+			switch e := e.(type) {
+			case *ast.BasicLit:
+				if e.Kind == token.STRING {
+					s, _ := strconv.Unquote(e.Value)
+					return s
+				}
+			case *ast.Ident:
+				return consts[fl.pkg][e.Name]
+			case *ast.SelectorExpr:
+				if x, ok := e.X.(*ast.Ident); ok {
+					if pkg, ok := imports[x.Name]; ok {
+						return consts[pkg][e.Sel.Name]
+					}
+				}
+			case *ast.BinaryExpr:
+				return name(e.X) // a literal prefix: "CONDUCTOR_X_" + suffix
+			case *ast.ParenExpr:
+				return name(e.X)
+			}
+			return ""
+		}
+		ast.Inspect(fl.f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			var fn string
+			switch f := call.Fun.(type) {
+			case *ast.Ident:
+				fn = f.Name
+			case *ast.SelectorExpr:
+				fn = f.Sel.Name
+			}
+			if l := strings.ToLower(fn); l != "getenv" && l != "lookupenv" {
+				return true
+			}
+			checked++
+			if v := name(call.Args[0]); isKnob(v) {
+				t.Errorf("%s reads the knob %s itself (%s): resolve it in conductor.Resolve and pass the value",
+					fl.pkg, v, fset.Position(call.Pos()))
+			}
+			return true
+		})
+	}
+	if checked < 10 {
+		t.Fatalf("only %d getenv calls looked at: the walk is broken", checked)
+	}
+}
