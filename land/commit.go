@@ -2,6 +2,7 @@ package land
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,9 +67,9 @@ type ReceiptVote struct {
 // then the approved commit's trailers (written by review).
 func (l *lander) provenance() (runID, task, model string) {
 	_, ts := splitTrailers(l.approved.Message)
-	runID = firstNonEmpty(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
-	task = firstNonEmpty(l.run.TaskID, trailer(ts, "Task-Id"))
-	model = firstNonEmpty(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
+	runID = cmp.Or(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
+	task = cmp.Or(l.run.TaskID, trailer(ts, "Task-Id"))
+	model = cmp.Or(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
 	return
 }
 
@@ -153,7 +154,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 			return "", err
 		}
 		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
-			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, firstNonEmpty(notesOld, zeroOID))
+			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, cmp.Or(notesOld, zeroOID))
 		upd := l.update
 		if l.update = nil; upd == nil {
 			upd = l.startUpdate(ctx)

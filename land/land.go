@@ -1,6 +1,7 @@
 package land
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -437,7 +438,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
-	l.workAt = firstNonEmpty(refs[1], workObj.OID)
+	l.workAt = cmp.Or(refs[1], workObj.OID)
 	if tipObj.OID == "" {
 		return out, policy.Refuse("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
@@ -512,7 +513,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
 	out.ReviewedCommit = apprObj.OID
-	if runID := firstNonEmpty(d.RunID, v.RunID); runID != "" {
+	if runID := cmp.Or(d.RunID, v.RunID); runID != "" {
 		if r, err := o.Store.GetRun(ctx, runID); err == nil {
 			l.run = r
 		} else if !errors.Is(err, bus.ErrNotFound) {
@@ -713,15 +714,6 @@ func short(id string) string {
 		return "(none)"
 	}
 	return id
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // latestVerdict is the newest verdict on the work ref, whichever way it was

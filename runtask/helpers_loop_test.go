@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,7 +130,7 @@ func (r *testRole) CheckWrite(p string) error {
 	return nil
 }
 func (r *testRole) EnvAllowlist() []string        { return r.env }
-func (r *testRole) SandboxBackend() string        { return firstNonEmpty(r.backend, "none") }
+func (r *testRole) SandboxBackend() string        { return cmp.Or(r.backend, "none") }
 func (r *testRole) MaxSteps() int                 { return r.maxSteps }
 func (r *testRole) TokenBudget() int64            { return r.budget }
 func (r *testRole) CommandTimeout() time.Duration { return r.cmdTimeout }

@@ -363,7 +363,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	}
 	// Model: resolved before the run folder exists, so that an unknown
 	// alias or a missing key leaves no phantom run behind.
-	alias := firstNonEmpty(r.opts.ModelAlias, t.Model, st.ModelAlias)
+	alias := cmp.Or(r.opts.ModelAlias, t.Model, st.ModelAlias)
 	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
 		alias = r.opts.Registry.Default()
 	}
@@ -395,7 +395,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		r.model, modelName = client, name
 		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
 	}
-	st.ModelAlias, st.Model = alias, firstNonEmpty(modelName, st.Model, alias)
+	st.ModelAlias, st.Model = alias, cmp.Or(modelName, st.Model, alias)
 
 	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
 	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
@@ -537,15 +537,6 @@ func (r *runner) connectRegistry(alias string) (ModelClient, string, []string, e
 		secrets = append(secrets, spec.APIKeyEnv)
 	}
 	return client, spec.Model, secrets, nil
-}
-
-func firstNonEmpty(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }
 
 // systemPrompt is the role's prompt followed by the task's brief.

@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -689,7 +690,7 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 	case res.MemoryExceeded || res.Outcome == sandbox.OutcomeMemoryExceeded:
 		head = fmt.Sprintf("command failed at its memory limit (%s; exit status %d): use less memory, or ask for a role with a larger limits.memoryBytes\n", memoryText(tb.lim.MemoryLimit), res.ExitCode)
 	case res.Outcome == sandbox.OutcomeSignaled:
-		head = fmt.Sprintf("command killed by signal %s\n", firstNonEmpty(res.Signal, "(unknown)"))
+		head = fmt.Sprintf("command killed by signal %s\n", cmp.Or(res.Signal, "(unknown)"))
 	case res.Outcome == sandbox.OutcomeCancelled:
 		head = "command cancelled (the run is stopping)\n"
 	default:

@@ -263,7 +263,7 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 	if c.Bool("json") {
 		w = d.Stderr // stdout holds the report's JSON object only
 	}
-	fmt.Fprintf(w, "redispatched session %s: run %s %s (%d steps, patch-id %s)\n", res.Session, res.RunID, res.Status, res.Steps, firstOf(res.PatchID, "-"))
+	fmt.Fprintf(w, "redispatched session %s: run %s %s (%d steps, patch-id %s)\n", res.Session, res.RunID, res.Status, res.Steps, cmp.Or(res.PatchID, "-"))
 	if res.Status != runrec.StatusSucceeded {
 		if res.Error != "" {
 			fmt.Fprintf(d.Stderr, "conductor: run %s ended %s: %s\n", res.RunID, res.Status, res.Error)

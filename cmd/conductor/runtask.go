@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -174,15 +175,6 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	return nil
 }
 
-func firstOf(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // loadRunRole loads the effective role contract: the defaults merged with
 // --roles DIR, else the workspace repository's roles/ folder.
 //
@@ -207,7 +199,7 @@ func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*poli
 	if err != nil {
 		return nil, err
 	}
-	name := firstOf(task.Role, defaultRole)
+	name := cmp.Or(task.Role, defaultRole)
 	role, err := pol.Role(name)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: role: %w", task.ID, err)

@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,7 +185,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		}
 	}
 	if !ok && repo.Empty {
-		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), firstNonEmpty(base, "main"))
+		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), cmp.Or(base, "main"))
 	}
 	if !ok {
 		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
@@ -281,15 +282,6 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			pr.Number, s.WIPPrefix, s.WIPPrefix))
 	}
 	return res, writePRRecord(o.RunDir, res)
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
 
 // DraftTitle prefixes title with the WIP prefix unless it already has it.
