@@ -53,6 +53,9 @@ func newWorkerCmd(d *deps) *cli.Command {
 			if c.Int("concurrency") < 1 {
 				return usagef("worker: --concurrency must be at least 1")
 			}
+			if c.Int("wait") < 0 {
+				return usagef("worker: --wait (WORKER_BLPOP_TIMEOUT_S) %d: want 0 or more seconds", c.Int("wait"))
+			}
 			cfg := d.config(c)
 			backend := "embedded store queue (no REDIS_URL)"
 			if u := cfg.RedisURL; u != "" {
