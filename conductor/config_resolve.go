@@ -112,7 +112,10 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	if e.Problem != "" {
+	switch {
+	case e.Problem != "" && e.Value != "":
+		return fmt.Sprintf("%s=%q: %s; want %s", e.Source, e.Value, e.Problem, e.Want)
+	case e.Problem != "":
 		return fmt.Sprintf("%s: %s; want %s", e.Source, e.Problem, e.Want)
 	}
 	return fmt.Sprintf("%s=%q: want %s", e.Source, e.Value, e.Want)
@@ -447,7 +450,7 @@ func Resolve(in Inputs) (Config, error) {
 					if ce := (*Error)(nil); errors.As(err, &ce) {
 						return c, err
 					}
-					return c, &Error{Source: src, Value: c.ConfigFile, Problem: fmt.Sprintf("%s: %v", c.ConfigFile, err), Want: k.want}
+					return c, &Error{Source: src, Value: c.ConfigFile, Problem: err.Error(), Want: k.want}
 				}
 			}
 		}
@@ -643,10 +646,22 @@ func nonZero(s string) string {
 	return s
 }
 
-// redactURL drops a password from a URL shown in a report.
+// redactURL drops a password from a URL shown in a report or an error,
+// from one that does not parse too (scheme://user:password@…).
 func redactURL(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		return u.Redacted()
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			return u.Redacted()
+		}
+		return raw
+	}
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest := raw[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			if user, _, ok := strings.Cut(rest[:at], ":"); ok {
+				return raw[:i+3] + user + ":xxxxx" + rest[at:]
+			}
+		}
 	}
 	return raw
 }
@@ -692,9 +707,12 @@ func ResolveSandbox(getenv func(string) string) (SandboxLimits, error) {
 }
 
 func (k knob) fail(src Source, v string, err error) *Error {
+	if k.secret {
+		v = redactURL(v) // a password never reaches an error line
+	}
 	e := &Error{Source: src, Value: v, Want: k.want}
 	if err != errBad {
-		e.Problem = fmt.Sprintf("%q: %v", v, err)
+		e.Problem = err.Error()
 	}
 	return e
 }

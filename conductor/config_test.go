@@ -168,6 +168,11 @@ func TestResolveRedacts(t *testing.T) {
 			t.Errorf("knob %s shows a password: %q", k.Name, k.Value)
 		}
 	}
+	_, err = conductor.Resolve(conductor.Inputs{Getenv: envOf(map[string]string{"CONDUCTOR_HOME": t.TempDir(),
+		"DATABASE_URL": "postgres://u:s3cret@db:badport/x"})})
+	if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "u:xxxxx@db:badport") {
+		t.Errorf("a malformed URL's error: %v", err)
+	}
 	if c.DatabaseURL != "postgres://u:s3cret@db/x" {
 		t.Errorf("the value itself is kept: %q", c.DatabaseURL)
 	}
