@@ -143,6 +143,7 @@ var examples = map[string][]string{
 	"doctor": {
 		"conductor doctor",
 		"conductor doctor --sandbox bwrap --json",
+		"conductor doctor --config                  # every knob, its value and where it came from",
 	},
 	"pool": {
 		"conductor pool status",
