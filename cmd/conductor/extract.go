@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -143,9 +142,7 @@ func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
 				out.DiffBase64 = &s
 			}
 		}
-		enc := json.NewEncoder(d.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(d.Stdout, out)
 	}
 	if opts.Output == "" {
 		if _, err := tmp.Seek(0, io.SeekStart); err != nil {

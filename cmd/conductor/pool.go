@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -123,9 +122,7 @@ func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
 		if out == nil {
 			out = []poolOut{}
 		}
-		enc := json.NewEncoder(d.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"pools": out})
+		return writeJSON(d.Stdout, map[string]any{"pools": out})
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(d.Stdout, "no pooled worktrees")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -180,7 +179,7 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 
 func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error {
 	if asJSON {
-		return json.NewEncoder(stdout).Encode(res)
+		return writeJSON(stdout, res)
 	}
 	pushed := "pushed"
 	if res.Push.UpToDate {

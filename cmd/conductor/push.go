@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -62,7 +61,7 @@ func pushRun(c *cli.Context, d *deps, branch string) error {
 		return err
 	}
 	if c.Bool("json") {
-		return json.NewEncoder(d.Stdout).Encode(res)
+		return writeJSON(d.Stdout, res)
 	}
 	if res.UpToDate {
 		fmt.Fprintf(d.Stderr, "%s is already at %s on %s\n", branch, shortSHA(res.Commit), res.Remote)

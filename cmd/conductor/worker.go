@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -338,8 +336,9 @@ func (w *jobRunner) complete(ctx context.Context, log *slog.Logger, job queue.Jo
 			line["pr"] = pr
 		}
 	}
-	out, _ := json.Marshal(line)
-	fmt.Fprintln(w.d.Stdout, string(out))
+	if err := writeJSONLine(w.d.Stdout, line); err != nil {
+		log.Warn("print the job line", "err", err)
+	}
 	log.Info("run finished", "status", res.Status, "steps", res.Steps)
 	return nil
 }
@@ -380,7 +379,7 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 	_, err = review.Run(ctx, review.Options{
 		Store: w.store, Policy: pol, RunDir: dir, Approve: true,
 		Reviewer: "conductor worker", ScratchDir: filepath.Join(cfg.DataRoot, "scratch"),
-		Getenv: w.d.Getenv, Now: w.d.Now, Out: io.Discard,
+		Getenv: w.d.Getenv, Now: w.d.Now,
 	})
 	if err != nil {
 		return "", fmt.Errorf("review: %w", err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"regexp"
@@ -44,9 +43,7 @@ type Options struct {
 	// (default os.Getenv).
 	Getenv func(string) string
 
-	Now  func() time.Time
-	Out  io.Writer // the report
-	JSON bool      // print the report as one JSON object
+	Now func() time.Time
 }
 
 // Check statuses.
@@ -110,7 +107,15 @@ type Report struct {
 	Findings   []string      `json:"findings,omitempty"`
 	Verdict    *bus.Verdict  `json:"verdict,omitempty"`
 	Decision   *bus.Decision `json:"decision,omitempty"`
+
+	complete bool // the review ran to its verdict (see Complete)
 }
+
+// Complete reports whether the review ran to its verdict: every check and
+// the gate ran (or was skipped for a breach) and the outcome was decided.
+// A complete report is worth showing even when Run returns a refusal; an
+// incomplete one (the review could not be done) is not.
+func (r Report) Complete() bool { return r.complete }
 
 // FollowUp is the refinement message for a re-dispatch: the reviewer's text
 // and every finding of the checks and the gate.
@@ -140,18 +145,16 @@ func WorkRef(taskID string) (string, error) {
 	return "refs/heads/work/" + taskID, nil
 }
 
-// Run reviews one run. It returns the report; the error is a *policy.Refusal
-// when the review is not clean (report only, or an approval refused), and
-// any other error when the review could not be done.
+// Run reviews one run. It returns the report and prints nothing (the caller
+// renders it); the error is a *policy.Refusal when the review is not clean
+// (report only, or an approval refused), and any other error when the
+// review could not be done. Report.Complete tells the two apart.
 func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
 	}
 	if opts.Reviewer == "" {
 		opts.Reviewer = "conductor"
@@ -308,9 +311,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	if err := writeRecord(opts.RunDir, rep); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
-	if err := printReport(opts.Out, rep, opts.JSON); err != nil {
-		return rep, err
-	}
+	rep.complete = true
 	return rep, outcome
 }
 
@@ -446,3 +447,7 @@ func gateFinding(g GateResult) string {
 	}
 	return f
 }
+
+// Tail returns the last n lines of the command's output tail ("…" first
+// when lines were cut).
+func (g GateResult) Tail(n int) string { return lastLines(g.OutputTail, n) }
