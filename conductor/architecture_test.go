@@ -20,7 +20,7 @@ import (
 const module = "github.com/conductor-dev/conductor"
 
 // leaves import nothing of ours.
-var leaves = []string{"patch", "policy", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
+var leaves = []string{"patch", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
 
 // doubles are test doubles and test harnesses: production code never
 // imports them (scripts/, the benchmark and test helpers, may). The

@@ -20,6 +20,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -88,7 +89,7 @@ func Run(ctx context.Context, opts Options) (runrec.Result, error) {
 // from the run folder when opts.Task is empty. A finished run is returned as
 // it is.
 func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, error) {
-	if err := ValidRunID(runID); err != nil {
+	if err := runrec.ValidRunID(runID); err != nil {
 		return runrec.Result{}, err
 	}
 	opts.Config = opts.Config.WithDefaults(getenvOr(opts.Getenv))
@@ -208,7 +209,7 @@ func newRunner(opts Options) (*runner, error) {
 		r.pi = install
 	}
 	if opts.RunID != "" {
-		if err := ValidRunID(opts.RunID); err != nil {
+		if err := runrec.ValidRunID(opts.RunID); err != nil {
 			return nil, err
 		}
 	}
@@ -252,14 +253,14 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 
 	// One process per session.
 	r.sessDir = sessionDir(r.cfg, t.Workspace, t.Session)
-	slock, err := lockFile(filepath.Join(r.sessDir, "session.lock"), true)
+	slock, err := filelock.TryLock(filepath.Join(r.sessDir, "session.lock"))
 	if err != nil {
 		return res, err
 	}
 	if slock == nil {
 		return res, fmt.Errorf("session %s/%s: %w", t.Workspace, t.Session, ErrSessionBusy)
 	}
-	defer unlock(slock)
+	defer filelock.Unlock(slock)
 
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).

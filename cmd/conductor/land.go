@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,10 +169,10 @@ func landCommitter(ctx context.Context, d *deps, repo string) land.Identity {
 		if name == "" && gn != "" || email == "" && ge != "" {
 			source = "the repository's git config (user.name, user.email)"
 		}
-		name, email = firstOf(name, gn), firstOf(email, ge)
+		name, email = cmp.Or(name, gn), cmp.Or(email, ge)
 	}
 	if name == "" || email == "" {
-		name, email = firstOf(name, "conductor"), firstOf(email, "conductor@localhost")
+		name, email = cmp.Or(name, "conductor"), cmp.Or(email, "conductor@localhost")
 		source = "the default: set user.name and user.email in the repository, or GIT_COMMITTER_NAME/EMAIL"
 	}
 	fmt.Fprintf(d.Stderr, "committer: %s <%s> (%s)\n", name, email, source)

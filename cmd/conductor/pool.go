@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -145,7 +146,7 @@ func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
 			if len(base) > 12 {
 				base = base[:12]
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, firstOf(s.Owner, "-"), base,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, cmp.Or(s.Owner, "-"), base,
 				s.LastUsed.UTC().Format(time.RFC3339), float64(s.Bytes)/(1<<20), p.Repo)
 		}
 	}
@@ -164,7 +165,7 @@ func reapDockerOrphans(ctx context.Context, d *deps) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := exec.LookPath(firstOf(o.Docker.CLI, "docker")); err != nil {
+	if _, err := exec.LookPath(cmp.Or(o.Docker.CLI, "docker")); err != nil {
 		return nil, errNoDocker
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -185,7 +184,7 @@ func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error
 	if res.Push.UpToDate {
 		pushed = "already on the forge:"
 	}
-	fmt.Fprintf(stderr, "%s %s (%s) to %s\n", pushed, res.Push.Branch, shortSHA(res.Push.Commit), res.Push.Remote)
+	fmt.Fprintf(stderr, "%s %s (%s) to %s\n", pushed, res.Push.Branch, patch.Short(res.Push.Commit), res.Push.Remote)
 	// Say what the server reported: "draft" only when it marked it so.
 	var state string
 	switch {
@@ -203,17 +202,8 @@ func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error
 	return nil
 }
 
-func shortSHA(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
-}
-
-// isRunID reports whether s can name a run folder (no path separators).
-func isRunID(s string) bool {
-	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
-}
+// isRunID reports whether s can name a run folder.
+func isRunID(s string) bool { return runrec.ValidRunID(s) == nil }
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)

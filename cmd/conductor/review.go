@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -133,7 +134,7 @@ func reviewAction(c *cli.Context, d *deps) error {
 	if err != nil {
 		return fmt.Errorf("review: %w", err)
 	}
-	reviewer := firstOf(c.String("reviewer"), d.Getenv("USER"), "conductor")
+	reviewer := cmp.Or(c.String("reviewer"), d.Getenv("USER"), "conductor")
 	sb, err := gateSandboxFor(c.String("sandbox"), true, d, c.Bool("json") || c.Bool("quiet"))
 	if err != nil {
 		return err
@@ -215,7 +216,7 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 		}
 		return runrec.Dir(abs), nil
 	}
-	if err := runtask.ValidRunID(arg); err != nil {
+	if err := runrec.ValidRunID(arg); err != nil {
 		return "", usagef("review: %v", err)
 	}
 	p := runDir(arg)
@@ -256,7 +257,7 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
 	}
 	opts.Role = role
-	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), "")
+	sb, err := openSandbox(cmp.Or(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), "")
 	if err != nil {
 		return err
 	}
@@ -273,7 +274,7 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 	if c.Bool("json") {
 		w = d.Stderr // stdout holds the report's JSON object only
 	}
-	fmt.Fprintf(w, "redispatched session %s: run %s %s (%d steps, patch-id %s)\n", res.Session, res.RunID, res.Status, res.Steps, firstOf(res.PatchID, "-"))
+	fmt.Fprintf(w, "redispatched session %s: run %s %s (%d steps, patch-id %s)\n", res.Session, res.RunID, res.Status, res.Steps, cmp.Or(res.PatchID, "-"))
 	if res.Status != runrec.StatusSucceeded {
 		if res.Error != "" {
 			fmt.Fprintf(d.Stderr, "conductor: run %s ended %s: %s\n", res.RunID, res.Status, res.Error)

@@ -128,7 +128,7 @@ func newRunsShowCmd(d *deps) *cli.Command {
 				return usagef("runs show takes one run id (got %d arguments)", c.NArg())
 			}
 			id := strings.TrimSpace(c.Args().First())
-			if err := bus.CheckRunID(id); err != nil {
+			if err := runrec.ValidRunID(id); err != nil {
 				return usageErr(err)
 			}
 			if c.Bool("follow") && !c.Bool("transcript") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -81,7 +82,7 @@ func newRunTaskCmd(d *deps) *cli.Command {
 					if c.NArg() != 1 {
 						return usagef("run-task resume takes one RUN id, got %d arguments", c.NArg())
 					}
-					if err := runtask.ValidRunID(c.Args().First()); err != nil {
+					if err := runrec.ValidRunID(c.Args().First()); err != nil {
 						return usagef("%v", err)
 					}
 					opts, err := runTaskOptions(c, d)
@@ -173,15 +174,6 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 	return nil
 }
 
-func firstOf(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
 // loadRunRole loads the effective role contract: the defaults merged with
 // --roles DIR, else the workspace repository's roles/ folder.
 //
@@ -206,7 +198,7 @@ func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*poli
 	if err != nil {
 		return nil, err
 	}
-	name := firstOf(task.Role, defaultRole)
+	name := cmp.Or(task.Role, defaultRole)
 	role, err := pol.Role(name)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: role: %w", task.ID, err)

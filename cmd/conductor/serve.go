@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +52,7 @@ func newServeCmd(d *deps) *cli.Command {
 			if err != nil {
 				return err
 			}
-			base := firstOf(c.String("worktree-base"), d.config(c).WorktreesDir())
+			base := cmp.Or(c.String("worktree-base"), d.config(c).WorktreesDir())
 			err = web.Run(c.Context, web.Options{
 				Store:     st,
 				RunsDir:   d.config(c).RunsDir(),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -163,7 +164,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	if err != nil {
 		return queue.Permanent(err)
 	}
-	if err := runtask.ValidRunID(job.RunID); err != nil {
+	if err := runrec.ValidRunID(job.RunID); err != nil {
 		return queue.Permanent(fmt.Errorf("job %s: %w", dl.ID, err))
 	}
 	log := w.d.Log.With("job", dl.ID, "run", job.RunID, "task", task.ID, "attempt", dl.Attempt)
@@ -464,7 +465,7 @@ func prepareRun(c *cli.Context, d *deps, opts *runtask.Options, task runtask.Tas
 		return err
 	}
 	opts.Role = role
-	sb, err := openSandbox(firstOf(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), opts.RunID)
+	sb, err := openSandbox(cmp.Or(c.String("sandbox"), role.SandboxBackend(), sandbox.BackendAuto), opts.RunID)
 	if err != nil {
 		return err
 	}

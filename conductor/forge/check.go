@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -89,7 +90,7 @@ func CheckForge(ctx context.Context, s Settings, local patch.Git, getenv func(st
 		err = fmt.Errorf("repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere", rep.Repo, g.url)
 	}
 	if err == nil && r.Empty && !g.hasBranch(ctx, r.DefaultBranch) {
-		err = fmt.Errorf("repository %s on %s is empty: push its default branch first (conductor push %s)", rep.Repo, g.url, firstNonEmpty(r.DefaultBranch, "main"))
+		err = fmt.Errorf("repository %s on %s is empty: push its default branch first (conductor push %s)", rep.Repo, g.url, cmp.Or(r.DefaultBranch, "main"))
 	}
 	if !add("repository", err, rep.Repo+", default branch "+r.DefaultBranch) {
 		return rep

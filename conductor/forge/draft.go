@@ -1,6 +1,7 @@
 package forge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -184,7 +185,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		}
 	}
 	if !ok && repo.Empty {
-		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), firstNonEmpty(base, "main"))
+		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), cmp.Or(base, "main"))
 	}
 	if !ok {
 		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
@@ -232,7 +233,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 	// From here on the branch is on the remote: every error says so, so
 	// that nothing is left half-done unreported.
 	pushed := func(err error) error {
-		return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", branch, short(push.Commit), push.Remote, err)
+		return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", branch, patch.Short(push.Commit), push.Remote, err)
 	}
 	if ok, err := f.BranchExists(ctx, branch); err != nil {
 		return res, pushed(err)
@@ -267,7 +268,7 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 		case v.Verdict != bus.VerdictApprove:
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the latest verdict for %s is %q, not approve: the pull request says so", branch, v.Verdict))
 		case v.Commit != tip:
-			res.Warnings = append(res.Warnings, fmt.Sprintf("%s moved past the approved commit %s (now %s)", branch, short(v.Commit), short(tip)))
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s moved past the approved commit %s (now %s)", branch, patch.Short(v.Commit), patch.Short(tip)))
 		}
 	}
 	pr, err := f.OpenPR(ctx, PROpts{Head: branch, Base: base, Title: title, Body: body})
@@ -281,15 +282,6 @@ func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
 			pr.Number, s.WIPPrefix, s.WIPPrefix))
 	}
 	return res, writePRRecord(o.RunDir, res)
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, x := range s {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
 }
 
 // DraftTitle prefixes title with the WIP prefix unless it already has it.

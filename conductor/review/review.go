@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
@@ -135,12 +134,12 @@ func (r Report) FollowUp(text string) string {
 	return b.String()
 }
 
-var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// WorkRef returns the work branch of a task: refs/heads/work/<task-id>.
+// WorkRef returns the work branch of a task: refs/heads/work/<task-id>. On
+// top of the name rule (runrec.ValidName) git refuses a component ending in
+// ".lock" or ".".
 func WorkRef(taskID string) (string, error) {
-	if !taskIDRE.MatchString(taskID) || strings.Contains(taskID, "..") || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
-		return "", fmt.Errorf("task id %q cannot name a work branch (want letters, digits, '.', '_', '-')", taskID)
+	if !runrec.ValidName(taskID) || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
+		return "", fmt.Errorf("task id %q cannot name a work branch (want %s; not ending in '.' or '.lock')", taskID, runrec.NameRule)
 	}
 	return "refs/heads/work/" + taskID, nil
 }
@@ -210,12 +209,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	// The binding patch-id of the commit, from the run's base.
 	var canon bytes.Buffer
 	if rep.PatchID, err = patch.DiffTrees(ctx, g, rep.Base, rep.Commit, &canon); err != nil {
-		return rep, fmt.Errorf("review %s: diff %s..%s: %w", res.RunID, short(rep.Base), short(rep.Commit), err)
+		return rep, fmt.Errorf("review %s: diff %s..%s: %w", res.RunID, patch.Short(rep.Base), patch.Short(rep.Commit), err)
 	}
 	if rep.PatchID != res.PatchID {
 		return rep, fmt.Errorf("review %s: the work commit %s has patch-id %s but the run recorded %s: "+
 			"the run's patch.diff and its record disagree (a bug, or the record was edited)",
-			res.RunID, short(rep.Commit), rep.PatchID, res.PatchID)
+			res.RunID, patch.Short(rep.Commit), rep.PatchID, res.PatchID)
 	}
 	changes, err := policy.ParseChanges(bytes.NewReader(canon.Bytes()))
 	if err != nil {
@@ -333,8 +332,8 @@ func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
 	if len(missing) > 0 {
 		return res, nil, fmt.Errorf("review: run record %s: %s lacks %s", dir, runrec.ResultFile, strings.Join(missing, ", "))
 	}
-	if !taskIDRE.MatchString(res.RunID) || strings.Contains(res.RunID, "..") {
-		return res, nil, fmt.Errorf("review: run record %s: run id %q: letters, digits, '.', '_', '-' only", dir, res.RunID)
+	if err := runrec.ValidRunID(res.RunID); err != nil {
+		return res, nil, fmt.Errorf("review: run record %s: %w", dir, err)
 	}
 	if res.Status == runrec.StatusRunning {
 		return res, nil, fmt.Errorf("review %s: the run is still running; review it when it has finished", res.RunID)
@@ -401,13 +400,6 @@ func resolveCommit(ctx context.Context, g patch.Git, rev string) (string, error)
 		return "", fmt.Errorf("%q is not a commit in %s", rev, g.GitDir)
 	}
 	return id, nil
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 func checkRunStatus(res runrec.Result) Check {

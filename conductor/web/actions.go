@@ -82,7 +82,7 @@ func (s *Server) addNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := bus.CheckRunID(id); err != nil {
+	if err := runrec.ValidRunID(id); err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
