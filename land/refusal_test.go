@@ -176,7 +176,7 @@ func TestLandRefusals(t *testing.T) {
 					var sb strings.Builder
 					out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree; o.DryRun = dry; o.Out = &sb; o.JSON = true })
 					var rf *policy.Refusal
-					if !errors.As(err, &rf) || rf.Code != tc.code {
+					if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 						t.Fatalf("dry=%v: got %v (%+v), want refusal %s", dry, err, out, tc.code)
 					}
 					if rf.Reason == "" || rf.Fix == "" || strings.Contains(rf.Reason, "\n") {

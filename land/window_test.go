@@ -71,7 +71,7 @@ func TestGateWindow(t *testing.T) {
 				}
 			})
 			var rf *policy.Refusal
-			if !errors.As(err, &rf) || rf.Code != tc.code {
+			if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 				t.Fatalf("land: %v, want refusal %s", err, tc.code)
 			}
 			if got := f.rev("refs/heads/main"); got != main {

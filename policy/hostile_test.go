@@ -26,7 +26,7 @@ func withPolicy(t *testing.T, json string) *policy.Policy {
 func codes(rs []*policy.Refusal) []string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, r.Code)
+		out = append(out, string(r.Code))
 	}
 	return out
 }

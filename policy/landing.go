@@ -251,7 +251,7 @@ func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*Refusal {
 	var out []*Refusal
 	seen := map[string]bool{}
 	add := func(r *Refusal) {
-		key := r.Code + "\x00" + r.Reason
+		key := string(r.Code) + "\x00" + r.Reason
 		if !seen[key] {
 			seen[key] = true
 			out = append(out, r)

@@ -135,7 +135,7 @@ func TestCheckChanges(t *testing.T) {
 			refusals := l.CheckChanges(tt.changes, target)
 			var got []string
 			for _, r := range refusals {
-				got = append(got, r.Code)
+				got = append(got, string(r.Code))
 				if r.Reason == "" || r.Fix == "" {
 					t.Errorf("refusal without reason or fix: %+v", r)
 				}

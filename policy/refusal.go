@@ -1,29 +1,15 @@
 package policy
 
-import "fmt"
+import "github.com/conductor-dev/conductor/conductor/refusal"
 
-// Refusal is a "no" from a policy check or a gate: a stable code, a one-line
-// reason and what to do about it. Everything that refuses changes nothing;
-// the CLI maps a Refusal to exit status 3. Every code is listed in
-// docs/refusals.md.
-type Refusal struct {
-	Code   string `json:"code"`
-	Reason string `json:"reason"`
-	Fix    string `json:"fix,omitempty"`
-	// Detail carries extra text for people (for example a gate's output tail).
-	Detail string `json:"detail,omitempty"`
-}
+// Refusal is refusal.Refusal (its home now). These names go in the next
+// commit, a scripted rename of every use.
+type Refusal = refusal.Refusal
 
-// Refuse builds a Refusal.
-func Refuse(code, reason, fix string) *Refusal {
-	return &Refusal{Code: code, Reason: reason, Fix: fix}
-}
+// Refuse is refusal.New.
+func Refuse(code refusal.Code, reason, fix string) *Refusal { return refusal.New(code, reason, fix) }
 
-// Refusef builds a Refusal with a formatted reason.
-func Refusef(code, fix, format string, args ...any) *Refusal {
-	return &Refusal{Code: code, Reason: fmt.Sprintf(format, args...), Fix: fix}
-}
-
-func (r *Refusal) Error() string {
-	return "refused: " + r.Code + ": " + r.Reason
+// Refusef is refusal.Newf.
+func Refusef(code refusal.Code, fix, format string, args ...any) *Refusal {
+	return refusal.Newf(code, fix, format, args...)
 }

@@ -60,7 +60,7 @@ func refusalCode(t *testing.T, err error) string {
 	if r.Reason == "" || r.Fix == "" {
 		t.Errorf("refusal %s lacks a reason or a fix: %+v", r.Code, r)
 	}
-	return r.Code
+	return string(r.Code)
 }
 
 func TestDefaultRolesLoad(t *testing.T) {

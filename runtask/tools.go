@@ -717,7 +717,7 @@ func memoryText(n int64) string {
 func refusalText(err error) string {
 	var r *policy.Refusal
 	if errors.As(err, &r) {
-		s := "refused (" + r.Code + "): " + r.Reason
+		s := "refused (" + string(r.Code) + "): " + r.Reason
 		if r.Fix != "" {
 			s += "; " + r.Fix
 		}

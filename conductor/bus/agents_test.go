@@ -23,7 +23,7 @@ func wantCode(t *testing.T, err error, code string) {
 	if !errors.As(err, &r) || !errors.Is(err, bus.ErrConflict) {
 		t.Fatalf("error = %v, want refusal %s", err, code)
 	}
-	if r.Code != code || r.Fix == "" {
+	if string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("refusal %q (fix %q), want %q with a fix", r.Code, r.Fix, code)
 	}
 }

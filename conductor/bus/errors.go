@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -28,7 +29,7 @@ type refusalError struct {
 func (e *refusalError) Error() string   { return e.refusal.Error() }
 func (e *refusalError) Unwrap() []error { return []error{e.sentinel, e.refusal} }
 
-func conflict(code, fix, format string, args ...any) error {
+func conflict(code refusal.Code, fix, format string, args ...any) error {
 	return &refusalError{sentinel: ErrConflict, refusal: policy.Refusef(code, fix, format, args...)}
 }
 

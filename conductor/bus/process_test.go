@@ -525,7 +525,7 @@ func TestRedactURL(t *testing.T) {
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
 	var r *policy.Refusal
-	if !errors.As(err, &r) || r.Code != code || r.Fix == "" {
+	if !errors.As(err, &r) || string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("error %v is not refusal %s with a fix", err, code)
 	}
 }

@@ -677,7 +677,7 @@ func TestCheckListen(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.code == "usage" && (err == nil || errorsAs(err, &r)):
 				t.Fatalf("malformed address: %v", err)
-			case tc.code != "" && tc.code != "usage" && (!errorsAs(err, &r) || r.Code != tc.code):
+			case tc.code != "" && tc.code != "usage" && (!errorsAs(err, &r) || string(r.Code) != tc.code):
 				t.Fatalf("error %v, want refusal %s", err, tc.code)
 			}
 		})

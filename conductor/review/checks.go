@@ -140,7 +140,7 @@ func (c *checker) refusalCheck(name string, refusals []*policy.Refusal, pass, fa
 	}
 	ck := Check{Name: name, Status: StatusFail, Summary: fail}
 	for _, r := range refusals {
-		ck.Findings = append(ck.Findings, r.Code+": "+r.Reason)
+		ck.Findings = append(ck.Findings, string(r.Code)+": "+r.Reason)
 	}
 	c.refusals = append(c.refusals, refusals...)
 	return ck

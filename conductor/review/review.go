@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -242,7 +243,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		rep.Checks = append(rep.Checks, ck.syntax())
 		rep.Gate = append(rep.Gate, ck.gate()...)
 	} else {
-		notRun := "not run: the run is refused (" + breach.Code + ")"
+		notRun := "not run: the run is refused (" + string(breach.Code) + ")"
 		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip, Summary: notRun})
 		if len(landing.Gate()) > 0 {
 			rep.GateNotRun = notRun
@@ -370,8 +371,8 @@ func roleName(res runrec.Result) string {
 
 // breachCodes are the refusals that make a run unapprovable whatever else
 // it holds: the worker reached past its contract.
-var breachCodes = []string{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
-	"role-write-denied", "policy-change"}
+var breachCodes = []refusal.Code{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
+	refusal.RoleWriteDenied, refusal.PolicyChange}
 
 func firstBreach(rs []*policy.Refusal) *policy.Refusal {
 	for _, code := range breachCodes {

@@ -136,7 +136,7 @@ func (e *env) opts(dir runrec.Dir, pol *policy.Policy) review.Options {
 func refusalCode(err error) string {
 	var r *policy.Refusal
 	if errors.As(err, &r) {
-		return r.Code
+		return string(r.Code)
 	}
 	return ""
 }

@@ -91,7 +91,7 @@ func wantRefusal(t *testing.T, err error, code string) {
 	if !errors.As(err, &r) {
 		t.Fatalf("error %v is not a refusal", err)
 	}
-	if r.Code != code || r.Fix == "" {
+	if string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("refusal code %q fix %q, want code %q and a fix", r.Code, r.Fix, code)
 	}
 }
