@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -70,7 +71,7 @@ func TestGateWindow(t *testing.T) {
 					}
 				}
 			})
-			var rf *policy.Refusal
+			var rf *refusal.Refusal
 			if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 				t.Fatalf("land: %v, want refusal %s", err, tc.code)
 			}

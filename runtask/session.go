@@ -21,10 +21,10 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/filelock"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // Options configures one run.
@@ -191,7 +191,7 @@ func newRunner(opts Options) (*runner, error) {
 		}
 	}
 	if len(r.tools) == 0 {
-		return nil, policy.Refusef("tools-not-allowed", "ask for tools the role allows, or use another role",
+		return nil, refusal.Newf("tools-not-allowed", "ask for tools the role allows, or use another role",
 			"role %s allows none of the task's tools (%s)", opts.Role.Name(), strings.Join(r.task.Tools(), ", "))
 	}
 	r.stopText = strings.Join(denied, ", ")
@@ -203,7 +203,7 @@ func newRunner(opts Options) (*runner, error) {
 		// Before anything is created: a run that cannot start leaves nothing.
 		install, err := checkRuntime(r.task.Runtime, r.cfg.PiDir)
 		if err != nil {
-			return nil, policy.Refusef("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and CONDUCTOR_PI_DIR=DIR), or use the builtin runtime",
+			return nil, refusal.Newf("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and CONDUCTOR_PI_DIR=DIR), or use the builtin runtime",
 				"task %s asks for runtime pi: %v", r.task.ID, err)
 		}
 		r.pi = install
@@ -243,7 +243,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 		for _, dir := range []string{wtBase, filepath.Join(r.cfg.DataRoot, "scratch")} {
 			abs, _ := filepath.Abs(dir)
 			if err := rc.Reachable(abs); err != nil {
-				return res, policy.Refusef("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
+				return res, refusal.Newf("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
 					"the sandbox cannot reach %s: %v", dir, err)
 			}
 		}
@@ -314,24 +314,24 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	}
 	if st == nil {
 		if r.opts.FollowUp != "" {
-			return 0, policy.Refusef("session-unknown", "dispatch the task first, then refine it with --follow-up",
+			return 0, refusal.Newf("session-unknown", "dispatch the task first, then refine it with --follow-up",
 				"session %s/%s has no earlier run to follow up", t.Workspace, t.Session)
 		}
 		return modeNew, nil
 	}
 	if st.Repo != r.repo.CommonDir() {
-		return 0, policy.Refusef("session-repo-mismatch", "use a new session name for another repository",
+		return 0, refusal.Newf("session-repo-mismatch", "use a new session name for another repository",
 			"session %s/%s belongs to repository %s, not %s", t.Workspace, t.Session, st.Repo, r.repo.CommonDir())
 	}
 	if !runrec.Final(st.Status) {
 		if r.opts.RunID != "" && r.opts.RunID != st.RunID {
-			return 0, policy.Refusef("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
+			return 0, refusal.Newf("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
 				"session %s/%s has an unfinished run %s", t.Workspace, t.Session, st.RunID)
 		}
 		return modeContinue, nil
 	}
 	if r.opts.FollowUp == "" {
-		return 0, policy.Refusef("session-finished", "pass --follow-up TEXT for a refinement round, or use a new session name",
+		return 0, refusal.Newf("session-finished", "pass --follow-up TEXT for a refinement round, or use a new session name",
 			"session %s/%s already finished run %s (%s)", t.Workspace, t.Session, st.RunID, st.Status)
 	}
 	return modeFollowUp, nil

@@ -17,9 +17,9 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -324,7 +324,7 @@ func usagef(format string, args ...any) error {
 // exitCode is the one map from errors to exit statuses.
 func exitCode(ctx context.Context, err error) int {
 	var ue *usageError
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	switch {
 	case errors.As(err, &rf):
 		return exitRefused
@@ -364,7 +364,7 @@ func printError(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintf(w, "conductor: %v\n", err)
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
 		if r.Detail != "" {
 			fmt.Fprintln(w, r.Detail)

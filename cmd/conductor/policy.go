@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 )
@@ -135,7 +136,7 @@ func policyCheck(out io.Writer, dir string, asJSON bool) error {
 	if n == 1 {
 		noun = "problem"
 	}
-	return policy.Refusef("policy-invalid", "fix each problem listed above, then run `conductor policy check` again",
+	return refusal.Newf("policy-invalid", "fix each problem listed above, then run `conductor policy check` again",
 		"%s: %d %s in the role contracts", src, n, noun)
 }
 

@@ -14,11 +14,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -188,7 +188,7 @@ func openSandbox(name, runID string) (sandbox.Sandbox, error) {
 	o.Docker.RunID = runID
 	sb, err := sandbox.NewWithOptions(name, o)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		return nil, policy.Refusef("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
+		return nil, refusal.Newf("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
 			"the %s sandbox cannot run here: %v", name, err)
 	}
 	return sb, err

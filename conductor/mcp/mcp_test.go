@@ -20,9 +20,9 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/bus/bustest"
 	"github.com/conductor-dev/conductor/conductor/mcp"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/testenv"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // helloPatch adds hello.txt ("hello\n"); git patch-id --stable --verbatim
@@ -671,7 +671,7 @@ func TestCheckListen(t *testing.T) {
 	} {
 		t.Run(tc.addr+"/"+tc.token, func(t *testing.T) {
 			err := mcp.CheckListen(tc.addr, tc.token)
-			var r *policy.Refusal
+			var r *refusal.Refusal
 			switch {
 			case tc.code == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -16,9 +16,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -435,7 +435,7 @@ func (s *Server) addNote(ctx context.Context, _ *sdk.CallToolRequest, in addNote
 		return nil, bus.Note{}, explain(err)
 	}
 	if run.Status != runrec.StatusRunning {
-		return nil, bus.Note{}, explain(policy.Refusef(CodeRunNotRunning, "notes go to running sessions; dispatch a follow-up on the same session instead",
+		return nil, bus.Note{}, explain(refusal.Newf(CodeRunNotRunning, "notes go to running sessions; dispatch a follow-up on the same session instead",
 			"run %s is %s: a note would never be delivered", in.RunID, run.Status))
 	}
 	n, err := s.o.Store.AddNote(ctx, bus.Note{RunID: in.RunID, Text: strings.TrimSpace(in.Text), CreatedAt: s.o.Now()})

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // The conductor's identity on work commits.
@@ -173,7 +173,7 @@ func (wc workCommit) publish(ctx context.Context, g patch.Git) error {
 			wt = p
 		}
 		if line == "branch "+wc.ref {
-			return policy.Refusef("work-branch-checked-out", "switch that worktree to another branch (or detach it), then review again",
+			return refusal.Newf("work-branch-checked-out", "switch that worktree to another branch (or detach it), then review again",
 				"the work branch %s is checked out in %s", strings.TrimPrefix(wc.ref, "refs/heads/"), wt)
 		}
 	}

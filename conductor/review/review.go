@@ -146,7 +146,7 @@ func WorkRef(taskID string) (string, error) {
 }
 
 // Run reviews one run. It returns the report and prints nothing (the caller
-// renders it); the error is a *policy.Refusal when the review is not clean
+// renders it); the error is a *refusal.Refusal when the review is not clean
 // (report only, or an approval refused), and any other error when the
 // review could not be done. Report.Complete tells the two apart.
 func Run(ctx context.Context, opts Options) (Report, error) {
@@ -175,7 +175,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		defer func() { _ = sandbox.Close(sb) }() // made here: ours to release
 	}
 	if err != nil {
-		return rep, policy.Refusef("sandbox-unavailable",
+		return rep, refusal.Newf("sandbox-unavailable",
 			"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
 			"review runs worker-written code in its gate and no sandbox works here: %v", err)
 	}
@@ -274,10 +274,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		if opts.Approve {
 			verb = "approval refused"
 		}
-		outcome = &policy.Refusal{Code: breach.Code, Fix: breach.Fix,
+		outcome = &refusal.Refusal{Code: breach.Code, Fix: breach.Fix,
 			Reason: fmt.Sprintf("%s: %s (%s)", verb, breach.Reason, failedSummary(rep))}
 	case opts.Approve && !rep.Clean:
-		outcome = policy.Refusef("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
+		outcome = refusal.Newf("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
 			"approval refused: %s", failedSummary(rep))
 	case opts.Approve, opts.RequestChanges != "":
 		verdict, findings := bus.VerdictApprove, []string(nil)
@@ -305,7 +305,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			rep.Decision = &d
 		}
 	case !rep.Clean:
-		outcome = policy.Refusef("review-failed", "fix the findings, or record them with --request-changes TEXT [--redispatch]",
+		outcome = refusal.Newf("review-failed", "fix the findings, or record them with --request-changes TEXT [--redispatch]",
 			"review found problems: %s", failedSummary(rep))
 	}
 	if err := writeRecord(opts.RunDir, rep); err != nil {
@@ -374,7 +374,7 @@ func roleName(res runrec.Result) string {
 var breachCodes = []refusal.Code{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
 	refusal.RoleWriteDenied, refusal.PolicyChange}
 
-func firstBreach(rs []*policy.Refusal) *policy.Refusal {
+func firstBreach(rs []*refusal.Refusal) *refusal.Refusal {
 	for _, code := range breachCodes {
 		for _, r := range rs {
 			if r.Code == code {

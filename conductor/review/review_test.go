@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
@@ -134,7 +135,7 @@ func (e *env) opts(dir runrec.Dir, pol *policy.Policy) review.Options {
 }
 
 func refusalCode(err error) string {
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
 		return string(r.Code)
 	}
