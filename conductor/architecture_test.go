@@ -168,6 +168,9 @@ func TestImportRules(t *testing.T) {
 			if slices.Contains(leaves, name) && (imp != vocabulary || name == vocabulary) {
 				t.Errorf("%s imports %s: it is a leaf and imports nothing of ours (but %s)", name, imp, vocabulary)
 			}
+			if under(name, []string{"conductor/bus"}) && under(imp, []string{"policy"}) {
+				t.Errorf("%s imports %s: the store keeps records, it does not read contracts (refusals come from %s)", name, imp, vocabulary)
+			}
 			if under(imp, doubles) && !tool && !under(name, doubles) {
 				t.Errorf("%s imports the test double %s outside a test", name, imp)
 			}
