@@ -46,6 +46,26 @@ type LandingRules struct {
 	RequiredVerdict string `json:"requiredVerdict"`
 	// Gate lists the commands that must all pass on the tree being landed.
 	Gate []GateRule `json:"gate"`
+	// Record says where the Record step (conductor record, land --record)
+	// writes the build log and the status file.
+	Record RecordRules `json:"record"`
+}
+
+// Record modes.
+const (
+	// RecordFiles keeps the build log and the status file outside the
+	// repository, under the data root (nothing in the repository changes).
+	RecordFiles = "files"
+	// RecordCommit writes them as one local commit on the target that
+	// changes those two files only.
+	RecordCommit = "commit"
+)
+
+// RecordRules is the "landing.record" object of conductor-policy.json.
+type RecordRules struct {
+	Mode     string `json:"mode"`     // RecordFiles or RecordCommit
+	BuildLog string `json:"buildLog"` // the build log's path (in the repository, or under the record folder)
+	Current  string `json:"current"`  // the status file's path
 }
 
 // GateRule is one gate command as written in the contract.
@@ -117,6 +137,22 @@ func (l *Landing) Source() string { return l.source }
 
 // RequiredOption is the decision option a landing needs ("merge").
 func (l *Landing) RequiredOption() string { return l.r.RequiredOption }
+
+// Record is where the Record step writes (defaults filled in: mode files,
+// BUILD-LOG.md, CURRENT.md).
+func (l *Landing) Record() RecordRules {
+	r := l.r.Record
+	if r.Mode == "" {
+		r.Mode = RecordFiles
+	}
+	if r.BuildLog == "" {
+		r.BuildLog = "BUILD-LOG.md"
+	}
+	if r.Current == "" {
+		r.Current = "CURRENT.md"
+	}
+	return r
+}
 
 // RequiredVerdict is the verdict a landing needs ("approve").
 func (l *Landing) RequiredVerdict() string { return l.r.RequiredVerdict }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -236,6 +237,7 @@ func (l *loader) validatePolicy(p *PolicyContract, src sources) {
 	if p.PolicyVersion != 1 {
 		c.bad("policyVersion", "want 1, got %d", p.PolicyVersion)
 	}
+	c.recordRules(lr.Record)
 	if len(lr.Targets) == 0 {
 		c.bad("landing.targets", "required: the branches a landing may move, e.g. [\"main\"]")
 	}
@@ -339,5 +341,32 @@ func (l *loader) crossCheck(p *Policy) {
 				}
 			}
 		}
+	}
+}
+
+// recordRules: a known mode and two distinct, clean relative paths that
+// name files, never inside .git.
+func (c checker) recordRules(r RecordRules) {
+	switch r.Mode {
+	case "", RecordFiles, RecordCommit:
+	default:
+		c.bad("landing.record.mode", "unknown mode %q (want files or commit)", r.Mode)
+	}
+	for _, f := range []struct{ field, p string }{{"landing.record.buildLog", r.BuildLog}, {"landing.record.current", r.Current}} {
+		if f.p == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(f.p, "/")
+		switch {
+		case UnsafeName(f.p) != "":
+			c.bad(f.field, "%q: %s", f.p, UnsafeName(f.p))
+		case path.IsAbs(f.p) || path.Clean(f.p) != f.p || f.p == "." || strings.HasPrefix(f.p, "../") || f.p == "..":
+			c.bad(f.field, "%q: want a clean path relative to the repository root (no leading /, no .., no trailing /)", f.p)
+		case strings.EqualFold(first, ".git"):
+			c.bad(f.field, "%q: a record file never lives in .git", f.p)
+		}
+	}
+	if r.BuildLog != "" && r.BuildLog == r.Current {
+		c.bad("landing.record.current", "%q is the build log too: name two files", r.Current)
 	}
 }

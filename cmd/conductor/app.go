@@ -161,6 +161,7 @@ func newApp(d *deps) *cli.App {
 			newReviewCmd(d),
 			newDecisionCmd(d),
 			newLandCmd(d),
+			newRecordCmd(d),
 			newAuditCmd(d),
 			newPolicyCmd(d),
 			newPRCmd(d),

@@ -79,7 +79,9 @@ const (
 	RunNotRunning     Code = "run-not-running"
 	ListenNeedsToken  Code = "listen-needs-token"
 
-	// Notes on landing
+	// Record (`conductor record`, `conductor land --record`)
+	RecordNotLanded       Code = "record-not-landed"
+	RecordStatusMalformed Code = "record-status-malformed"
 )
 
 // Catalogue lists every code, in the order of docs/refusals.md.
@@ -140,6 +142,8 @@ var Catalogue = []Code{
 	CompletionDiffers,
 	RunNotRunning,
 	ListenNeedsToken,
+	RecordNotLanded,
+	RecordStatusMalformed,
 }
 
 // Known reports whether c is in the catalogue.
