@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // AuditStore is what audit reads from the bus store.
@@ -47,12 +47,12 @@ type AuditReport struct {
 
 // Refusal is nil when every check passed, else an audit-mismatch refusal
 // listing what does not match.
-func (r AuditReport) Refusal() *policy.Refusal {
+func (r AuditReport) Refusal() *refusal.Refusal {
 	if r.OK {
 		return nil
 	}
 	if len(r.Checks) == 1 && r.Checks[0].Name == "receipt trailers" {
-		return policy.Refuse("audit-mismatch",
+		return refusal.New("audit-mismatch",
 			fmt.Sprintf("commit %s has no receipt trailers: it was not landed by conductor land", short(r.Commit)),
 			"audit a commit `conductor land` made (git log --grep '^Decision-Id:' shows them)")
 	}
@@ -69,7 +69,7 @@ func (r AuditReport) Refusal() *policy.Refusal {
 			bad = append(bad, s)
 		}
 	}
-	rf := policy.Refuse("audit-mismatch",
+	rf := refusal.New("audit-mismatch",
 		fmt.Sprintf("commit %s does not match its receipt (%d mismatch(es))", short(r.Commit), len(bad)),
 		"find out how the commit was made: it was not landed as recorded (rewritten history, edited note or store)")
 	rf.Detail = strings.Join(bad, "\n")

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // NotesRef holds the landing receipts.
@@ -415,7 +415,7 @@ func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
 	if why, err := l.verifyLanded(ctx, c); err != nil {
 		return Outcome{Target: l.target}, err
 	} else if why != "" {
-		return Outcome{Target: l.target}, policy.Refuse("landed-receipt-invalid",
+		return Outcome{Target: l.target}, refusal.New("landed-receipt-invalid",
 			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.OID), l.target, l.d.ID, why),
 			"find out who made that commit (it was not landed by conductor as recorded: forged trailer, rewritten history or edited note); "+
 				"`conductor audit "+short(c.OID)+"` lists what does not match. Nothing was committed or recorded")
@@ -447,7 +447,7 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 			if err == nil {
 				now = fmt.Sprintf("%d (%s of %s)", v.ID, v.Verdict, short(v.Commit))
 			}
-			return policy.Refuse("verdict-stale",
+			return refusal.New("verdict-stale",
 				fmt.Sprintf("the verdict on %s changed while landing: it was %d (%s of %s), it is now %s",
 					l.d.WorkRef, l.v.ID, l.v.Verdict, short(l.v.Commit), now),
 				"nothing was committed: address the new verdict, review and approve again, then land")
@@ -462,7 +462,7 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 		return lerr
 	}
 	if at != want || at == "" {
-		return policy.Refuse("work-ref-moved",
+		return refusal.New("work-ref-moved",
 			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.OID)),
 			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}

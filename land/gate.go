@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -96,13 +97,13 @@ func runGate(ctx context.Context, sb sandbox.Sandbox, cmds []policy.GateCommand,
 }
 
 // gateFailed describes the failing command for a gate-failed refusal.
-func gateFailed(results []GateResult) *policy.Refusal {
+func gateFailed(results []GateResult) *refusal.Refusal {
 	last := results[len(results)-1]
 	why := "exited non-zero"
 	if last.TimedOut {
 		why = "timed out"
 	}
-	r := policy.Refuse("gate-failed",
+	r := refusal.New("gate-failed",
 		fmt.Sprintf("gate command %q %s on the squashed tree", last.Name, why),
 		"fix the change (re-dispatch the worker with the gate output), review and approve again, then land")
 	r.Detail = last.Tail

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
@@ -25,7 +26,7 @@ import (
 // Rules is what land asks the landing policy (policy.Landing implements it).
 type Rules interface {
 	TargetAllowed(target string) error
-	CheckChangesOn(changes []policy.Change, tip policy.Tree) []*policy.Refusal
+	CheckChangesOn(changes []policy.Change, tip policy.Tree) []*refusal.Refusal
 	Gate() []policy.GateCommand
 	RequiredOption() string
 	RequiredVerdict() string
@@ -90,21 +91,21 @@ const (
 
 // Outcome says what a landing did (or, in a dry run, would do).
 type Outcome struct {
-	Decision       string          `json:"decision"`
-	Status         string          `json:"status"`
-	Commit         string          `json:"commit,omitempty"`
-	Target         string          `json:"target,omitempty"`
-	Parent         string          `json:"parent,omitempty"` // the target tip the commit sits on
-	Tree           string          `json:"tree,omitempty"`
-	ReviewedCommit string          `json:"reviewedCommit,omitempty"`
-	PatchID        string          `json:"patchId,omitempty"`
-	Mode           string          `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
-	Attempts       int             `json:"attempts,omitempty"`
-	Gate           []GateResult    `json:"gate,omitempty"`
-	Message        string          `json:"message,omitempty"` // the commit message (dry run)
-	Files          []string        `json:"files,omitempty"`
-	Refusal        *policy.Refusal `json:"refusal,omitempty"`
-	Warning        string          `json:"warning,omitempty"`
+	Decision       string           `json:"decision"`
+	Status         string           `json:"status"`
+	Commit         string           `json:"commit,omitempty"`
+	Target         string           `json:"target,omitempty"`
+	Parent         string           `json:"parent,omitempty"` // the target tip the commit sits on
+	Tree           string           `json:"tree,omitempty"`
+	ReviewedCommit string           `json:"reviewedCommit,omitempty"`
+	PatchID        string           `json:"patchId,omitempty"`
+	Mode           string           `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
+	Attempts       int              `json:"attempts,omitempty"`
+	Gate           []GateResult     `json:"gate,omitempty"`
+	Message        string           `json:"message,omitempty"` // the commit message (dry run)
+	Files          []string         `json:"files,omitempty"`
+	Refusal        *refusal.Refusal `json:"refusal,omitempty"`
+	Warning        string           `json:"warning,omitempty"`
 }
 
 // Modes of the squash and gate.
@@ -114,7 +115,7 @@ const (
 )
 
 // Run lands one decision and prints the outcome on o.Out. A refusal is
-// returned as an error wrapping *policy.Refusal and changes nothing.
+// returned as an error wrapping *refusal.Refusal and changes nothing.
 func Run(ctx context.Context, o Options) (Outcome, error) {
 	if o.Now == nil {
 		o.Now = time.Now
@@ -147,7 +148,7 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 			defer func() { _ = sandbox.Close(o.Sandbox) }()
 		}
 		if o.Sandbox, err = sandbox.ForGate(o.Sandbox); err != nil {
-			err = policy.Refusef("sandbox-unavailable",
+			err = refusal.Newf("sandbox-unavailable",
 				"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
 				"the gate runs worker-written code and no sandbox works here: %v", err)
 		}
@@ -156,7 +157,7 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 		out, err = run(ctx, &o)
 	}
 	out.Decision = o.DecisionID
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	if errors.As(err, &rf) {
 		out.Status = StatusRefused
 		out.Refusal = rf
@@ -246,7 +247,7 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	// 1. The decision, read-only.
 	d, err := o.Store.GetDecision(ctx, o.DecisionID)
 	if errors.Is(err, bus.ErrNotFound) {
-		return out, policy.Refuse("decision-not-found",
+		return out, refusal.New("decision-not-found",
 			fmt.Sprintf("no decision %q in the store", o.DecisionID),
 			"check the id with `conductor decision list`")
 	}
@@ -255,24 +256,24 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	}
 	o.Fault("decision")
 	if d.Open() {
-		return out, policy.Refuse("decision-not-resolved",
+		return out, refusal.New("decision-not-resolved",
 			fmt.Sprintf("decision %s is still open", d.ID),
 			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
 	}
 	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
-		return out, policy.Refuse("decision-not-merge",
+		return out, refusal.New("decision-not-merge",
 			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
 			"nothing to land: raise a new merge decision once the work is ready")
 	}
 	target, err := branchName(d.Target)
 	if err != nil {
-		return out, policy.Refuse("target-invalid",
+		return out, refusal.New("target-invalid",
 			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
 			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
 	}
 	out.Target = target
 	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
-		return out, policy.Refuse("work-ref-invalid",
+		return out, refusal.New("work-ref-invalid",
 			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
 			"raise a new decision for the work ref review recorded")
 	}
@@ -391,11 +392,11 @@ func branchName(target string) (string, error) {
 // line break, which would reach messages, trailers and terminals.
 var decisionIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-func validDecisionID(id string) *policy.Refusal {
+func validDecisionID(id string) *refusal.Refusal {
 	if decisionIDPattern.MatchString(id) && !strings.Contains(id, "..") {
 		return nil
 	}
-	return policy.Refuse("decision-id-invalid",
+	return refusal.New("decision-id-invalid",
 		fmt.Sprintf("%q is not a decision id (letters, digits, '.', '_', '-' only, at most 128)", id),
 		"pass the id `conductor decision list` shows")
 }
@@ -440,7 +441,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
 	l.workAt = cmp.Or(refs[1], workObj.OID)
 	if tipObj.OID == "" {
-		return out, policy.Refuse("target-not-found",
+		return out, refusal.New("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
 			"create the branch, or raise the decision against an existing target")
 	}
@@ -450,7 +451,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		}
 	}
 	out, err = l.landFrom(ctx, tipObj, workObj, apprObj)
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	if errors.As(err, &rf) && l.approved.OID != "" {
 		// Idempotency and crash recovery: a landing killed after moving the
 		// target but before its store row is refused like any change that
@@ -472,7 +473,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 	// 2. The latest verdict approves exactly the raised commit.
 	v, err := l.latestVerdict(ctx)
 	if errors.Is(err, bus.ErrNotFound) {
-		return out, policy.Refuse("no-approval",
+		return out, refusal.New("no-approval",
 			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
 			"review the run first: conductor review RUN --approve")
 	}
@@ -480,17 +481,17 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 		return out, fmt.Errorf("read verdict: %w", err)
 	}
 	if v.Verdict != o.Rules.RequiredVerdict() {
-		return out, policy.Refuse("no-approval",
+		return out, refusal.New("no-approval",
 			fmt.Sprintf("the latest verdict on %s is %q, landing needs %q", d.WorkRef, v.Verdict, o.Rules.RequiredVerdict()),
 			"address the findings, review again and approve")
 	}
 	if v.PatchID == "" {
-		return out, policy.Refuse("no-approval",
+		return out, refusal.New("no-approval",
 			fmt.Sprintf("the approving verdict %d on %s carries no patch-id", v.ID, d.WorkRef),
 			"review again so the verdict is bound to the commit's patch-id")
 	}
 	if !sameCommit(v.Commit, d.Commit, apprObj.OID) {
-		return out, policy.Refuse("verdict-stale",
+		return out, refusal.New("verdict-stale",
 			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
 			"review the raised commit (or raise a decision for the approved one), then land")
 	}
@@ -500,15 +501,15 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 	// 3. The work ref is at the approved commit now.
 	switch {
 	case apprObj.OID == "":
-		return out, policy.Refuse("work-ref-moved",
+		return out, refusal.New("work-ref-moved",
 			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
 			"review the work ref's current commit and raise a new decision")
 	case workObj.OID == "":
-		return out, policy.Refuse("work-ref-moved",
+		return out, refusal.New("work-ref-moved",
 			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.OID)),
 			"restore the work ref to the approved commit, or review and raise again")
 	case workObj.OID != apprObj.OID:
-		return out, policy.Refuse("work-ref-moved",
+		return out, refusal.New("work-ref-moved",
 			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.OID), short(apprObj.OID)),
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
@@ -541,7 +542,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 			return l.recover(ctx, c)
 		}
 		if attempt >= 2 || newTip == "" {
-			return out, policy.Refuse("target-moved",
+			return out, refusal.New("target-moved",
 				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, short(tip), short(newTip), attempt),
 				"land again once the target is quiet; nothing was committed")
 		}
@@ -581,7 +582,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 	changes, err := sp.policyChanges()
 	if errors.Is(err, patch.ErrNoMergeBase) {
-		return "", policy.Refuse("conflict",
+		return "", refusal.New("conflict",
 			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
 			"rebase the work onto the target and review again")
 	}
@@ -604,7 +605,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	// 5. Squash onto the tip: a tree, no checkout.
 	res := sp.squash()
 	if res.err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.As(res.err, &rf) {
 			return "", rf
 		}
@@ -617,7 +618,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 
 	// 6. The squash's patch-id equals the reviewed one.
 	if pid != l.v.PatchID {
-		return "", policy.Refuse("patch-id-mismatch",
+		return "", refusal.New("patch-id-mismatch",
 			fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(pid), l.v.PatchID),
 			"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
 	}
@@ -694,7 +695,7 @@ func needsFiles(gate []policy.GateCommand) bool {
 
 // combine turns several policy refusals into one: the first one's code, the
 // rest listed in the detail.
-func combine(rs []*policy.Refusal) *policy.Refusal {
+func combine(rs []*refusal.Refusal) *refusal.Refusal {
 	first := *rs[0]
 	if len(rs) > 1 {
 		var b strings.Builder
@@ -755,12 +756,12 @@ func (l *lander) checkRefs(ctx context.Context) error {
 		return fmt.Errorf("read %s: %w", l.ref, err)
 	}
 	if to != "" {
-		return policy.Refuse("target-symbolic",
+		return refusal.New("target-symbolic",
 			fmt.Sprintf("target %s is a symbolic ref to %s: landing on it would move %s", l.ref, to, to),
 			fmt.Sprintf("raise the decision against the branch itself (%s), if the policy allows it", strings.TrimPrefix(to, "refs/heads/")))
 	}
 	if to, err = patch.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
-		return policy.Refuse("notes-ref-invalid",
+		return refusal.New("notes-ref-invalid",
 			fmt.Sprintf("%s is not a notes ref (a symbolic ref to %q, or unreadable: %v)", NotesRef, to, err),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
@@ -778,12 +779,12 @@ func (l *lander) checkRefs(ctx context.Context) error {
 	if n.OID == "" {
 		// It exists (ReadRefs said so, or could not read it) but names
 		// nothing git has.
-		return policy.Refuse("notes-ref-invalid",
+		return refusal.New("notes-ref-invalid",
 			fmt.Sprintf("%s exists but names no object in the repository (damaged or garbage value)", NotesRef),
 			"point "+NotesRef+" at the receipts' notes commit (see its reflog), or delete it if it never held receipts: git update-ref -d "+NotesRef)
 	}
 	if n.Type != "commit" {
-		return policy.Refuse("notes-ref-invalid",
+		return refusal.New("notes-ref-invalid",
 			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.OID)),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -105,7 +106,7 @@ func TestAuditMismatches(t *testing.T) {
 	if _, err := Audit(ctx, AuditOptions{Git: f.g, Commit: "nosuch"}); err == nil {
 		t.Fatal("audit of a missing commit succeeded")
 	}
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
 		t.Fatal("unexpected refusal")
 	}

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // TestBatchLooseMatchesCatFile: every name form the in-process loose reader
@@ -236,7 +236,7 @@ func TestPrewriteNeverDeletes(t *testing.T) {
 	}
 	id := f.decide("w", c, "main", "", bus.OptionMerge)
 	before := looseObjects(t, f)
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	if _, err := f.land(id, nil); !errors.As(err, &rf) || rf.Code != "patch-id-mismatch" {
 		t.Fatalf("want a patch-id-mismatch refusal, got %v", err)
 	}

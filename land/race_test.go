@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -34,7 +35,7 @@ func TestLandTargetMovesDuringGate(t *testing.T) {
 		f.rules.gate = []policy.GateCommand{gateCommitsToMain(f.gitdir, filepath.Join(t.TempDir(), "n"), 100)}
 		id, _ := f.approved("a", change)
 		out, err := f.land(id, nil)
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if !errors.As(err, &rf) || rf.Code != "target-moved" || out.Attempts != 2 {
 			t.Fatalf("got %v %+v, want target-moved after 2 attempts", err, out)
 		}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // unrecorded is a store whose PutLanding fails: the landing's commit is on
@@ -94,7 +94,7 @@ func TestRecoverVerifiesReceipt(t *testing.T) {
 			tc.forge(f, id, approved)
 			main, notes := f.rev("refs/heads/main"), f.rev(NotesRef)
 			out, err := f.land(id, nil)
-			var rf *policy.Refusal
+			var rf *refusal.Refusal
 			if !errors.As(err, &rf) || rf.Code != "landed-receipt-invalid" {
 				t.Fatalf("land: %+v, %v; want refusal landed-receipt-invalid", out, err)
 			}

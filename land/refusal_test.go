@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -175,8 +176,8 @@ func TestLandRefusals(t *testing.T) {
 				for _, dry := range []bool{true, false} {
 					var sb strings.Builder
 					out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree; o.DryRun = dry; o.Out = &sb; o.JSON = true })
-					var rf *policy.Refusal
-					if !errors.As(err, &rf) || rf.Code != tc.code {
+					var rf *refusal.Refusal
+					if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 						t.Fatalf("dry=%v: got %v (%+v), want refusal %s", dry, err, out, tc.code)
 					}
 					if rf.Reason == "" || rf.Fix == "" || strings.Contains(rf.Reason, "\n") {
@@ -197,7 +198,7 @@ func TestLandRefusals(t *testing.T) {
 				}
 				if tc.code == "gate-failed" && tc.name == "gate fails" {
 					_, err := f.land(id, nil)
-					var rf *policy.Refusal
+					var rf *refusal.Refusal
 					errors.As(err, &rf)
 					if !strings.Contains(rf.Detail, "boom-tail") || !strings.Contains(rf.Reason, "test") {
 						t.Errorf("gate-failed lacks the output tail: %+v", rf)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -126,7 +127,7 @@ func (l *lander) squash(ctx context.Context, tip, approved string) (string, erro
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == 1 && len(lines) > 1 {
-			r := policy.Refuse("conflict",
+			r := refusal.New("conflict",
 				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", short(tip), len(lines)-1),
 				"rebase the work onto the target, review and approve again, then land")
 			r.Detail = strings.Join(lines[1:], "\n")
@@ -335,7 +336,7 @@ func (w *targetWT) check(ctx context.Context, tip, tree string) error {
 		return fmt.Errorf("status of %s: %w", w.path, err)
 	}
 	refuse := func(detail string) error {
-		r := policy.Refuse("target-checked-out-dirty",
+		r := refusal.New("target-checked-out-dirty",
 			fmt.Sprintf("%s is checked out in %s, which has local changes the landing would clash with", strings.TrimPrefix(w.ref, "refs/heads/"), w.path),
 			"commit, stash or discard the changes in that worktree (or switch it to another branch), then land again")
 		r.Detail = detail

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -70,8 +71,8 @@ func TestGateWindow(t *testing.T) {
 					}
 				}
 			})
-			var rf *policy.Refusal
-			if !errors.As(err, &rf) || rf.Code != tc.code {
+			var rf *refusal.Refusal
+			if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 				t.Fatalf("land: %v, want refusal %s", err, tc.code)
 			}
 			if got := f.rev("refs/heads/main"); got != main {

@@ -4,6 +4,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // The argument rules of CheckCommand. They are advice that narrows what a
@@ -74,12 +76,12 @@ func (r *Role) checkArgs(match, args []string) error {
 	prog := programs[path.Base(match[0])]
 	denied := append(slices.Clone(prog.deny), r.c.DeniedArgs...)
 	refuse := func(a, why, fix string) error {
-		return Refusef("argument-not-allowed", fix, "role %s may not pass %q to %s: %s", r.c.Role, a, quoteArgv(match), why)
+		return refusal.Newf("argument-not-allowed", fix, "role %s may not pass %q to %s: %s", r.c.Role, a, quoteArgv(match), why)
 	}
 	options := true
 	for _, a := range args {
 		if strings.ContainsRune(a, 0) {
-			return Refusef("argument-not-allowed", "remove the NUL byte", "role %s: argument contains a NUL byte", r.c.Role)
+			return refusal.Newf("argument-not-allowed", "remove the NUL byte", "role %s: argument contains a NUL byte", r.c.Role)
 		}
 		if prog.noAssignments && isAssignment(a) {
 			return refuse(a, "a variable assignment on the command line overrides the makefile (SHELL=, .SHELLFLAGS=, MAKEFLAGS=)", "drop the assignment; set it in the makefile if the task needs it")

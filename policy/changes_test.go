@@ -117,7 +117,7 @@ func TestParseChangesRealGit(t *testing.T) {
 	refusals := defaults(t).Landing().CheckChanges(changes, exists("README.md", "lib", "src"))
 	var codes []string
 	for _, r := range refusals {
-		codes = append(codes, r.Code+": "+r.Reason)
+		codes = append(codes, string(r.Code)+": "+r.Reason)
 	}
 	joined := strings.Join(codes, "\n")
 	for _, w := range []string{"renaming into src/moved.go", "symlink lib/link points into forbidden path src/**"} {

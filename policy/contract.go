@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Canonical tool names. Task files may use the short convention
@@ -150,15 +152,15 @@ func (r *Role) AllowsTool(tool string) bool {
 // argv prefixes, element by element and exactly, and no later argument is one
 // of the role's denied arguments or the program's own denied forms, in any
 // spelling the program accepts (see argv.go). Otherwise it returns a
-// *Refusal. These rules narrow what a worker asks for; the sandbox is the
+// *refusal.Refusal. These rules narrow what a worker asks for; the sandbox is the
 // boundary.
 func (r *Role) CheckCommand(argv []string) error {
 	if !slices.Contains(r.c.Tools, ToolRunCommand) {
-		return Refusef("tool-not-allowed", "use the file tools, or a role whose contract allows run_command",
+		return refusal.Newf("tool-not-allowed", "use the file tools, or a role whose contract allows run_command",
 			"role %s may not run commands", r.c.Role)
 	}
 	if len(argv) == 0 || argv[0] == "" {
-		return Refusef("command-not-allowed", "pass the command as an argv array", "role %s: empty command", r.c.Role)
+		return refusal.Newf("command-not-allowed", "pass the command as an argv array", "role %s: empty command", r.c.Role)
 	}
 	var match []string
 	for _, prefix := range r.c.Commands {
@@ -167,7 +169,7 @@ func (r *Role) CheckCommand(argv []string) error {
 		}
 	}
 	if match == nil {
-		return &Refusal{
+		return &refusal.Refusal{
 			Code:   "command-not-allowed",
 			Reason: fmt.Sprintf("role %s may not run %s", r.c.Role, quoteArgv(argv)),
 			Fix:    "use one of the allowlisted commands: " + r.commandList(),
@@ -217,31 +219,31 @@ func quoteArgv(argv []string) string {
 // CheckWrite returns nil when the role may write the worktree-relative path
 // p: the role has a write tool, p is inside the worktree and not a .git
 // entry, p matches an allow pattern and no deny pattern. Otherwise it returns
-// a *Refusal.
+// a *refusal.Refusal.
 func (r *Role) CheckWrite(p string) error {
 	if !slices.Contains(r.c.Tools, ToolWriteFile) && !slices.Contains(r.c.Tools, ToolEditFile) {
-		return Refusef("write-not-allowed", "this role is read-only", "role %s may not write files", r.c.Role)
+		return refusal.Newf("write-not-allowed", "this role is read-only", "role %s may not write files", r.c.Role)
 	}
 	if why := UnsafeName(p); why != "" {
-		return Refusef("write-not-allowed", "use a name of printable UTF-8 characters", "role %s: the name %s %s", r.c.Role, quotePath(p), why)
+		return refusal.Newf("write-not-allowed", "use a name of printable UTF-8 characters", "role %s: the name %s %s", r.c.Role, quotePath(p), why)
 	}
 	clean, err := CleanPath(p)
 	if err != nil {
-		return Refusef("write-not-allowed", "write a path inside the worktree", "role %s: %v", r.c.Role, err)
+		return refusal.Newf("write-not-allowed", "write a path inside the worktree", "role %s: %v", r.c.Role, err)
 	}
 	w := r.c.Write
 	if w == nil {
-		return Refusef("write-not-allowed", "this role has no write rules", "role %s may not write %s", r.c.Role, clean)
+		return refusal.Newf("write-not-allowed", "this role has no write rules", "role %s may not write %s", r.c.Role, clean)
 	}
 	if r.landing != nil {
 		if f := r.landing.forbiddenBy(clean); f != "" {
-			return Refusef("write-not-allowed", "leave "+f+" alone (landing.forbiddenPaths in roles/conductor-policy.json)",
+			return refusal.Newf("write-not-allowed", "leave "+f+" alone (landing.forbiddenPaths in roles/conductor-policy.json)",
 				"role %s may not write %s: no landing may carry %s", r.c.Role, clean, f)
 		}
 	}
 	for _, d := range w.Deny {
 		if matchGlob(d, clean, true) {
-			return Refusef("write-not-allowed", "leave "+d+" alone",
+			return refusal.Newf("write-not-allowed", "leave "+d+" alone",
 				"role %s may not write %s (denied by %q)", r.c.Role, clean, d)
 		}
 	}
@@ -250,7 +252,7 @@ func (r *Role) CheckWrite(p string) error {
 			return nil
 		}
 	}
-	return Refusef("write-not-allowed", "write only paths matching "+strings.Join(w.Allow, ", "),
+	return refusal.Newf("write-not-allowed", "write only paths matching "+strings.Join(w.Allow, ", "),
 		"role %s may not write %s", r.c.Role, clean)
 }
 
@@ -284,17 +286,17 @@ func (r *Role) writeRule(clean string) string {
 // type change and a deletion, and both names of a rename (a copy's source is
 // only read). It returns a role-write-denied refusal per path the role may
 // not write, naming the path and the rule; nil when every path is allowed.
-func (r *Role) CheckChangeWrites(changes []Change) []*Refusal {
-	var out []*Refusal
+func (r *Role) CheckChangeWrites(changes []Change) []*refusal.Refusal {
+	var out []*refusal.Refusal
 	check := func(raw string) {
 		clean, err := CleanPath(raw)
 		if err != nil {
-			out = append(out, Refusef("role-write-denied", "leave that path out of the change",
+			out = append(out, refusal.Newf("role-write-denied", "leave that path out of the change",
 				"role %s may not write %s: %v", r.c.Role, quotePath(raw), err))
 			return
 		}
 		if rule := r.writeRule(clean); rule != "" {
-			out = append(out, Refusef("role-write-denied",
+			out = append(out, refusal.Newf("role-write-denied",
 				"revert the change to "+quotePath(clean)+" (however it was made: a command's writes count too), or give the task a role that may write it",
 				"role %s may not write %s (%s); the diff changes it", r.c.Role, quotePath(clean), rule))
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 )
@@ -23,10 +24,10 @@ func withPolicy(t *testing.T, json string) *policy.Policy {
 	return p
 }
 
-func codes(rs []*policy.Refusal) []string {
+func codes(rs []*refusal.Refusal) []string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, r.Code)
+		out = append(out, string(r.Code))
 	}
 	return out
 }

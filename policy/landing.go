@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // PolicyContract is roles/conductor-policy.json: the landing rules and
@@ -44,6 +46,26 @@ type LandingRules struct {
 	RequiredVerdict string `json:"requiredVerdict"`
 	// Gate lists the commands that must all pass on the tree being landed.
 	Gate []GateRule `json:"gate"`
+	// Record says where the Record step (conductor record, land --record)
+	// writes the build log and the status file.
+	Record RecordRules `json:"record"`
+}
+
+// Record modes.
+const (
+	// RecordFiles keeps the build log and the status file outside the
+	// repository, under the data root (nothing in the repository changes).
+	RecordFiles = "files"
+	// RecordCommit writes them as one local commit on the target that
+	// changes those two files only.
+	RecordCommit = "commit"
+)
+
+// RecordRules is the "landing.record" object of conductor-policy.json.
+type RecordRules struct {
+	Mode     string `json:"mode"`     // RecordFiles or RecordCommit
+	BuildLog string `json:"buildLog"` // the build log's path (in the repository, or under the record folder)
+	Current  string `json:"current"`  // the status file's path
 }
 
 // GateRule is one gate command as written in the contract.
@@ -116,6 +138,22 @@ func (l *Landing) Source() string { return l.source }
 // RequiredOption is the decision option a landing needs ("merge").
 func (l *Landing) RequiredOption() string { return l.r.RequiredOption }
 
+// Record is where the Record step writes (defaults filled in: mode files,
+// BUILD-LOG.md, CURRENT.md).
+func (l *Landing) Record() RecordRules {
+	r := l.r.Record
+	if r.Mode == "" {
+		r.Mode = RecordFiles
+	}
+	if r.BuildLog == "" {
+		r.BuildLog = "BUILD-LOG.md"
+	}
+	if r.Current == "" {
+		r.Current = "CURRENT.md"
+	}
+	return r
+}
+
 // RequiredVerdict is the verdict a landing needs ("approve").
 func (l *Landing) RequiredVerdict() string { return l.r.RequiredVerdict }
 
@@ -166,7 +204,7 @@ func (l *Landing) SyntaxChecksFor(p string) []SyntaxCheck {
 func (l *Landing) ForbiddenPaths() []string { return slices.Clone(l.r.ForbiddenPaths) }
 
 // TargetAllowed returns nil when a landing may move the branch target
-// ("main" or "refs/heads/main"), else a *Refusal with code
+// ("main" or "refs/heads/main"), else a *refusal.Refusal with code
 // target-not-allowed.
 func (l *Landing) TargetAllowed(target string) error {
 	name := strings.TrimPrefix(target, "refs/heads/")
@@ -177,7 +215,7 @@ func (l *Landing) TargetAllowed(target string) error {
 			}
 		}
 	}
-	return Refusef("target-not-allowed", "land on one of: "+strings.Join(l.r.Targets, ", ")+
+	return refusal.Newf("target-not-allowed", "land on one of: "+strings.Join(l.r.Targets, ", ")+
 		" (landing.targets in roles/conductor-policy.json)", "target %q is not an allowed landing target", target)
 }
 
@@ -222,7 +260,7 @@ const maxLinkHops = 40
 
 // CheckChanges is CheckChangesOn with a tree known only by existsAtTarget
 // (no symlinks in it).
-func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string) bool) []*Refusal {
+func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string) bool) []*refusal.Refusal {
 	return l.CheckChangesOn(changes, Tree{Exists: existsAtTarget})
 }
 
@@ -243,15 +281,15 @@ func (l *Landing) CheckChanges(changes []Change, existsAtTarget func(path string
 // forbidden-path. An added (or renamed-to) path at the root that does not
 // exist at the target is adds-root-file; one whose first segment does not
 // exist at the target is adds-top-level-dir.
-func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*Refusal {
+func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*refusal.Refusal {
 	existsAtTarget := tree.Exists
 	if existsAtTarget == nil {
 		existsAtTarget = func(string) bool { return false }
 	}
-	var out []*Refusal
+	var out []*refusal.Refusal
 	seen := map[string]bool{}
-	add := func(r *Refusal) {
-		key := r.Code + "\x00" + r.Reason
+	add := func(r *refusal.Refusal) {
+		key := string(r.Code) + "\x00" + r.Reason
 		if !seen[key] {
 			seen[key] = true
 			out = append(out, r)
@@ -259,23 +297,23 @@ func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*Refusal {
 	}
 	forbidden := func(raw, what string) (string, bool) {
 		if why := UnsafeName(raw); why != "" {
-			add(Refusef("unsafe-path-name", "rename the file to a name of printable UTF-8 characters",
+			add(refusal.Newf("unsafe-path-name", "rename the file to a name of printable UTF-8 characters",
 				"%s %s: the name %s", what, quotePath(raw), why))
 			return "", false
 		}
 		c, err := CleanPath(raw)
 		if err != nil {
-			add(Refusef("forbidden-path", "leave that path out of the change", "%s: %v", what, err))
+			add(refusal.Newf("forbidden-path", "leave that path out of the change", "%s: %v", what, err))
 			return "", false
 		}
 		ok := true
 		if f := l.forbiddenBy(c); f != "" {
-			add(Refusef("forbidden-path", "revert the change to "+quotePath(c)+"; "+f+" is forbidden by landing.forbiddenPaths",
+			add(refusal.Newf("forbidden-path", "revert the change to "+quotePath(c)+"; "+f+" is forbidden by landing.forbiddenPaths",
 				"%s %s is under forbidden path %s", what, quotePath(c), f))
 			ok = false
 		}
 		if f := l.policyPath(c); f != "" {
-			add(Refusef("policy-change", "revert the change to "+quotePath(c)+"; a person changes the role contracts and the landing policy "+
+			add(refusal.Newf("policy-change", "revert the change to "+quotePath(c)+"; a person changes the role contracts and the landing policy "+
 				"(or sets landing.policyChanges in the policy the target already has)",
 				"%s %s changes the policy (%s) and landing.policyChanges is not set", what, quotePath(c), f))
 			ok = false
@@ -326,10 +364,10 @@ func (l *Landing) CheckChangesOn(changes []Change, tree Tree) []*Refusal {
 		first, _, nested := strings.Cut(newPath, "/")
 		switch {
 		case !nested && l.r.NoNewRootFiles && !existsAtTarget(newPath):
-			add(Refusef("adds-root-file", "put the file in an existing folder",
+			add(refusal.Newf("adds-root-file", "put the file in an existing folder",
 				"the change adds %s at the repository root", quotePath(newPath)))
 		case nested && l.r.NoNewTopLevelDirs && !existsAtTarget(first):
-			add(Refusef("adds-top-level-dir", "put "+quotePath(newPath)+" under an existing top-level folder",
+			add(refusal.Newf("adds-top-level-dir", "put "+quotePath(newPath)+" under an existing top-level folder",
 				"the change adds a new top-level folder %s/", quotePath(first)))
 		}
 	}
@@ -441,12 +479,12 @@ func resolveLink(p, target string, links func(string) (string, bool)) ([]string,
 
 // checkLink refuses a symlink at p whose target, followed through links,
 // leaves the repository or reaches a forbidden path.
-func (l *Landing) checkLink(p, target string, links func(string) (string, bool), add func(*Refusal)) {
+func (l *Landing) checkLink(p, target string, links func(string) (string, bool), add func(*refusal.Refusal)) {
 	if target == "" {
 		return
 	}
 	if why := UnsafeName(target); why != "" {
-		add(Refusef("unsafe-path-name", "point the symlink at a name of printable UTF-8 characters",
+		add(refusal.Newf("unsafe-path-name", "point the symlink at a name of printable UTF-8 characters",
 			"symlink %s: its target %s", quotePath(p), why))
 		return
 	}
@@ -459,13 +497,13 @@ func (l *Landing) checkLink(p, target string, links func(string) (string, bool),
 			if c != lexical && !strings.HasPrefix(lexical, c+"/") {
 				via = " through the tree's symlinks"
 			}
-			add(Refusef("forbidden-path", "replace the symlink; "+f+" is forbidden by landing.forbiddenPaths",
+			add(refusal.Newf("forbidden-path", "replace the symlink; "+f+" is forbidden by landing.forbiddenPaths",
 				"symlink %s points into forbidden path %s (%s)%s", quotePath(p), f, quotePath(c), via))
 			return
 		}
 	}
 	if err != nil {
-		add(Refusef("forbidden-path", "replace the symlink with a regular file",
+		add(refusal.Newf("forbidden-path", "replace the symlink with a regular file",
 			"symlink %s %v", quotePath(p), err))
 	}
 }

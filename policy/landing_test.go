@@ -4,8 +4,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/fstest"
 
 	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/roles"
 )
 
 func TestTargetAllowed(t *testing.T) {
@@ -135,7 +137,7 @@ func TestCheckChanges(t *testing.T) {
 			refusals := l.CheckChanges(tt.changes, target)
 			var got []string
 			for _, r := range refusals {
-				got = append(got, r.Code)
+				got = append(got, string(r.Code))
 				if r.Reason == "" || r.Fix == "" {
 					t.Errorf("refusal without reason or fix: %+v", r)
 				}
@@ -183,6 +185,32 @@ func TestCleanPath(t *testing.T) {
 		got, err := policy.CleanPath(tt.in)
 		if (err != nil) != (tt.want == "") || got != tt.want {
 			t.Errorf("CleanPath(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+		}
+	}
+}
+
+func TestRecordRules(t *testing.T) {
+	t.Parallel()
+	if r := withPolicy(t, `{"landing": {}}`).Landing().Record(); r != (policy.RecordRules{Mode: policy.RecordFiles, BuildLog: "BUILD-LOG.md", Current: "CURRENT.md"}) {
+		t.Errorf("defaults %+v", r)
+	}
+	if r := withPolicy(t, `{"landing": {"record": {"mode": "commit", "buildLog": "docs/BUILD-LOG.md"}}}`).Landing().Record(); r.Mode != policy.RecordCommit || r.BuildLog != "docs/BUILD-LOG.md" || r.Current != "CURRENT.md" {
+		t.Errorf("set %+v", r)
+	}
+	for name, tc := range map[string]struct{ json, field string }{
+		"mode":      {`{"mode": "push"}`, "landing.record.mode"},
+		"absolute":  {`{"buildLog": "/etc/passwd"}`, "landing.record.buildLog"},
+		"dotdot":    {`{"current": "../outside.md"}`, "landing.record.current"},
+		"unclean":   {`{"current": "docs//x.md"}`, "landing.record.current"},
+		"git":       {`{"buildLog": ".git/hooks/post-commit"}`, "landing.record.buildLog"},
+		"git-case":  {`{"buildLog": ".GIT/config"}`, "landing.record.buildLog"},
+		"control":   {`{"buildLog": "log\u001b.md"}`, "landing.record.buildLog"},
+		"same file": {`{"buildLog": "X.md", "current": "X.md"}`, "landing.record.current"},
+		"unknown":   {`{"mode": "files", "path": "x"}`, "landing.record.path"},
+	} {
+		_, err := policy.LoadFS(roles.FS, fstest.MapFS{policy.PolicyFile: {Data: []byte(`{"landing": {"record": ` + tc.json + `}}`)}}, "repo/roles")
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: %v, want a problem naming %s", name, err, tc.field)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 )
@@ -46,21 +47,21 @@ func role(t *testing.T, p *policy.Policy, name string) *policy.Role {
 	return r
 }
 
-// refusalCode returns the code of a *policy.Refusal, "" for nil, and fails
+// refusalCode returns the code of a *refusal.Refusal, "" for nil, and fails
 // for any other error.
 func refusalCode(t *testing.T, err error) string {
 	t.Helper()
 	if err == nil {
 		return ""
 	}
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if !errors.As(err, &r) {
-		t.Fatalf("want a *policy.Refusal, got %T: %v", err, err)
+		t.Fatalf("want a *refusal.Refusal, got %T: %v", err, err)
 	}
 	if r.Reason == "" || r.Fix == "" {
 		t.Errorf("refusal %s lacks a reason or a fix: %+v", r.Code, r)
 	}
-	return r.Code
+	return string(r.Code)
 }
 
 func TestDefaultRolesLoad(t *testing.T) {

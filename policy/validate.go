@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
@@ -32,8 +33,22 @@ func (c checker) bad(field, format string, args ...any) {
 
 func idx(field string, i int) string { return field + "[" + strconv.Itoa(i) + "]" }
 
+// validateRole checks one role contract, part by part; every problem is
+// added to the loader with its field path.
 func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	c := checker{l: l, src: src}
+	c.roleIdentity(r, fileRole)
+	runs, writes := c.roleTools(r)
+	c.roleCommands(r, runs)
+	c.roleWrite(r, writes)
+	c.roleEnv(r)
+	c.roleRuntime(r)
+	c.roleLimits(r)
+}
+
+// roleIdentity: the version, the name (as the file says), the harness and
+// the system prompt.
+func (c checker) roleIdentity(r *RoleContract, fileRole string) {
 	if r.ContractVersion != 1 {
 		c.bad("contractVersion", "want 1, got %d", r.ContractVersion)
 	}
@@ -55,6 +70,11 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	if strings.TrimSpace(r.SystemPrompt) == "" {
 		c.bad("systemPrompt", "required: the role's system prompt")
 	}
+}
+
+// roleTools: known, canonical, unique tools that fit the harness. It
+// reports whether the role runs commands and whether it writes files.
+func (c checker) roleTools(r *RoleContract) (runs, writes bool) {
 	if len(r.Tools) == 0 {
 		c.bad("tools", "required: at least one tool (%s)", strings.Join(toolNames, ", "))
 	}
@@ -72,14 +92,21 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 		}
 		seen[t] = true
 	}
-	runs := slices.Contains(r.Tools, ToolRunCommand)
-	writes := slices.Contains(r.Tools, ToolWriteFile) || slices.Contains(r.Tools, ToolEditFile)
+	runs = slices.Contains(r.Tools, ToolRunCommand)
+	writes = slices.Contains(r.Tools, ToolWriteFile) || slices.Contains(r.Tools, ToolEditFile)
 	if r.Harness == HarnessDoc && runs {
 		c.bad("tools", "a doc harness never runs commands: remove run_command or use harness code")
 	}
 	if r.Harness == HarnessReview && writes {
 		c.bad("tools", "a review harness is read-only: remove write_file/edit_file")
 	}
+	return runs, writes
+}
+
+// roleCommands: the command allowlist (argv prefixes, no shells, no
+// duplicates) and the denied arguments, present exactly when the role
+// runs commands.
+func (c checker) roleCommands(r *RoleContract, runs bool) {
 	switch {
 	case len(r.Commands) > 0 && !runs:
 		c.bad("commands", "contradictory: commands are allowlisted but tools does not include run_command")
@@ -120,31 +147,41 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 			c.bad(idx("deniedArgs", i), "empty argument")
 		}
 	}
+}
+
+// roleWrite: write rules exactly when the role writes, valid globs, and
+// no pattern both allowed and denied.
+func (c checker) roleWrite(r *RoleContract, writes bool) {
 	switch {
 	case r.Write != nil && len(r.Write.Allow) > 0 && !writes:
 		c.bad("write.allow", "contradictory: write rules on a role whose tools include neither write_file nor edit_file")
 	case writes && (r.Write == nil || len(r.Write.Allow) == 0):
 		c.bad("write.allow", "the role has write tools but may write nothing: list the path patterns it may write")
 	}
-	if r.Write != nil {
-		for i, g := range r.Write.Allow {
-			if err := checkGlob(g); err != nil {
-				c.bad(idx("write.allow", i), "%q: %v", g, err)
-			}
+	if r.Write == nil {
+		return
+	}
+	for i, g := range r.Write.Allow {
+		if err := checkGlob(g); err != nil {
+			c.bad(idx("write.allow", i), "%q: %v", g, err)
 		}
+	}
+	for j, d := range r.Write.Deny {
+		if err := checkGlob(d); err != nil {
+			c.bad(idx("write.deny", j), "%q: %v", d, err)
+		}
+	}
+	for i, g := range r.Write.Allow {
 		for j, d := range r.Write.Deny {
-			if err := checkGlob(d); err != nil {
-				c.bad(idx("write.deny", j), "%q: %v", d, err)
-			}
-		}
-		for i, g := range r.Write.Allow {
-			for j, d := range r.Write.Deny {
-				if patternCovers(d, g, true) {
-					c.bad(idx("write.allow", i), "contradictory: %q is allowed and denied (write.deny[%d] %q covers it)", g, j, d)
-				}
+			if patternCovers(d, g, true) {
+				c.bad(idx("write.allow", i), "contradictory: %q is allowed and denied (write.deny[%d] %q covers it)", g, j, d)
 			}
 		}
 	}
+}
+
+// roleEnv: variable names passed to commands; never a withheld one.
+func (c checker) roleEnv(r *RoleContract) {
 	seenEnv := map[string]bool{}
 	for i, e := range r.Env {
 		f := idx("env", i)
@@ -158,6 +195,10 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 		}
 		seenEnv[e] = true
 	}
+}
+
+// roleRuntime: the sandbox backend and the worker runtime, by name.
+func (c checker) roleRuntime(r *RoleContract) {
 	switch r.Sandbox {
 	case "", SandboxBwrap, SandboxDocker, SandboxNone, SandboxAuto:
 	default:
@@ -168,17 +209,22 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	default:
 		c.bad("runtime", "unknown runtime %q (want builtin or pi)", r.Runtime)
 	}
-	if r.Limits.MaxSteps < 0 {
-		c.bad("limits.maxSteps", "must not be negative")
-	}
-	if r.Limits.TokenBudget < 0 {
-		c.bad("limits.tokenBudget", "must not be negative")
-	}
-	if r.Limits.CommandTimeoutSeconds < 0 {
-		c.bad("limits.commandTimeoutSeconds", "must not be negative")
-	}
-	if r.Limits.OutputLimitBytes < 0 {
-		c.bad("limits.outputLimitBytes", "must not be negative")
+}
+
+// roleLimits: no negative limit; memory within what a sandbox can run.
+func (c checker) roleLimits(r *RoleContract) {
+	for _, lim := range []struct {
+		field string
+		v     int64
+	}{
+		{"limits.maxSteps", int64(r.Limits.MaxSteps)},
+		{"limits.tokenBudget", int64(r.Limits.TokenBudget)},
+		{"limits.commandTimeoutSeconds", int64(r.Limits.CommandTimeoutSeconds)},
+		{"limits.outputLimitBytes", int64(r.Limits.OutputLimitBytes)},
+	} {
+		if lim.v < 0 {
+			c.bad(lim.field, "must not be negative")
+		}
 	}
 	if m := r.Limits.MemoryBytes; m != 0 && (m < minMemoryBytes || m > maxMemoryBytes) {
 		c.bad("limits.memoryBytes", "%d: want 0 (the sandbox's default) or between %d (64 MiB) and %d (64 GiB) bytes", m, minMemoryBytes, int64(maxMemoryBytes))
@@ -191,6 +237,7 @@ func (l *loader) validatePolicy(p *PolicyContract, src sources) {
 	if p.PolicyVersion != 1 {
 		c.bad("policyVersion", "want 1, got %d", p.PolicyVersion)
 	}
+	c.recordRules(lr.Record)
 	if len(lr.Targets) == 0 {
 		c.bad("landing.targets", "required: the branches a landing may move, e.g. [\"main\"]")
 	}
@@ -294,5 +341,32 @@ func (l *loader) crossCheck(p *Policy) {
 				}
 			}
 		}
+	}
+}
+
+// recordRules: a known mode and two distinct, clean relative paths that
+// name files, never inside .git.
+func (c checker) recordRules(r RecordRules) {
+	switch r.Mode {
+	case "", RecordFiles, RecordCommit:
+	default:
+		c.bad("landing.record.mode", "unknown mode %q (want files or commit)", r.Mode)
+	}
+	for _, f := range []struct{ field, p string }{{"landing.record.buildLog", r.BuildLog}, {"landing.record.current", r.Current}} {
+		if f.p == "" {
+			continue
+		}
+		first, _, _ := strings.Cut(f.p, "/")
+		switch {
+		case UnsafeName(f.p) != "":
+			c.bad(f.field, "%q: %s", f.p, UnsafeName(f.p))
+		case path.IsAbs(f.p) || path.Clean(f.p) != f.p || f.p == "." || strings.HasPrefix(f.p, "../") || f.p == "..":
+			c.bad(f.field, "%q: want a clean path relative to the repository root (no leading /, no .., no trailing /)", f.p)
+		case strings.EqualFold(first, ".git"):
+			c.bad(f.field, "%q: a record file never lives in .git", f.p)
+		}
+	}
+	if r.BuildLog != "" && r.BuildLog == r.Current {
+		c.bad("landing.record.current", "%q is the build log too: name two files", r.Current)
 	}
 }

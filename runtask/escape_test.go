@@ -428,7 +428,7 @@ func (e *escapeEnv) reviewAndLand(t *testing.T, a attempt, o *outcome) {
 		}
 	}
 	ropts := review.Options{Sandbox: e.gate, Policy: e.pol, RunDir: runrec.Dir(o.runDir), Getenv: e.getenv,
-		ScratchDir: mkdir(t, e.root, "review-scratch", 0o755), Out: io.Discard}
+		ScratchDir: mkdir(t, e.root, "review-scratch", 0o755)}
 	if a.land {
 		st, err := bus.Open(ctx, bus.Options{DataRoot: e.data})
 		if err != nil {

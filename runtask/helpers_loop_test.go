@@ -21,8 +21,8 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // gitEnv is an isolated git environment with fixed identities and dates.
@@ -121,11 +121,11 @@ func (r *testRole) CheckCommand(argv []string) error {
 			return nil
 		}
 	}
-	return policy.Refuse("command-not-allowed", fmt.Sprintf("%q is not on the role's command allowlist", strings.Join(argv, " ")), "use an allowlisted command")
+	return refusal.New("command-not-allowed", fmt.Sprintf("%q is not on the role's command allowlist", strings.Join(argv, " ")), "use an allowlisted command")
 }
 func (r *testRole) CheckWrite(p string) error {
 	if r.denyWrite != "" && strings.HasPrefix(p, r.denyWrite) {
-		return policy.Refuse("path-not-writable", p+" is not writable for this role", "write elsewhere")
+		return refusal.New("path-not-writable", p+" is not writable for this role", "write elsewhere")
 	}
 	return nil
 }

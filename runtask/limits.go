@@ -13,7 +13,7 @@ type RolePolicy interface {
 	Name() string
 	SystemPrompt() string             // the role's prompt (the task's brief is appended by runtask)
 	AllowsTool(tool string) bool      // canonical tool names
-	CheckCommand(argv []string) error // nil if argv matches an allowlisted argv prefix; *policy.Refusal otherwise
+	CheckCommand(argv []string) error // nil if argv matches an allowlisted argv prefix; *refusal.Refusal otherwise
 	CheckWrite(path string) error     // nil if the role may write this worktree-relative path
 	EnvAllowlist() []string           // extra environment variable NAMES commands may receive
 	SandboxBackend() string           // "bwrap" | "none" | "auto"

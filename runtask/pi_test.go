@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
@@ -231,7 +232,7 @@ func TestPiRuntimeUnavailable(t *testing.T) {
 	_, err = runtask.Run(context.Background(), runtask.Options{
 		Task: task, Config: conductor.Config{DataRoot: data, PiDir: filepath.Join(data, "no-pi")}, Repo: t.TempDir(), Role: impl,
 	})
-	var ref *policy.Refusal
+	var ref *refusal.Refusal
 	if !errors.As(err, &ref) || ref.Code != "runtime-unavailable" || !strings.Contains(err.Error(), "pi is not installed") {
 		t.Fatalf("err %v", err)
 	}
@@ -325,7 +326,7 @@ func TestRolePicksRuntime(t *testing.T) {
 		Capabilities: runtask.Capabilities{Tools: []string{"read"}}, Session: "s", TimeoutSeconds: 60}
 	_, err = runtask.Run(context.Background(), runtask.Options{Task: task, Role: role, Repo: t.TempDir(),
 		Config: conductor.Config{DataRoot: data, PiDir: filepath.Join(data, "no-pi")}})
-	var ref *policy.Refusal
+	var ref *refusal.Refusal
 	if !errors.As(err, &ref) || ref.Code != "runtime-unavailable" {
 		t.Fatalf("err %v", err)
 	}

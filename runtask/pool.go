@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -107,60 +108,14 @@ func RepoKey(commonDir string) string {
 func (p *Pool) metaPath(slot string) string { return filepath.Join(p.Dir, slot+".json") }
 func (p *Pool) lockPath(slot string) string { return filepath.Join(p.Dir, slot+".lock") }
 
-// lockFile opens and flocks path. With try, a held lock returns (nil, nil).
-func lockFile(path string, try bool) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, err
-	}
-	how := syscall.LOCK_EX
-	if try {
-		how |= syscall.LOCK_NB
-	}
-	for {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		for {
-			err = syscall.Flock(int(f.Fd()), how)
-			if err != syscall.EINTR {
-				break
-			}
-		}
-		if err != nil {
-			f.Close()
-			if try && errors.Is(err, syscall.EWOULDBLOCK) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		// The holder we waited for may have removed the file (a slot's
-		// lock goes with its slot): a lock on a file no longer at path
-		// locks nothing. Lock the one that is there now.
-		held, err1 := f.Stat()
-		now, err2 := os.Stat(path)
-		if err1 == nil && err2 == nil && os.SameFile(held, now) {
-			return f, nil
-		}
-		unlock(f)
-	}
-}
-
-func unlock(f *os.File) {
-	if f != nil {
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-	}
-}
-
 // withPoolLock runs fn holding the pool-wide lock (metadata changes only;
 // slow git work happens outside it).
 func (p *Pool) withPoolLock(fn func() error) error {
-	l, err := lockFile(filepath.Join(p.Dir, "pool.lock"), false)
+	l, err := filelock.Lock(filepath.Join(p.Dir, "pool.lock"))
 	if err != nil {
 		return err
 	}
-	defer unlock(l)
+	defer filelock.Unlock(l)
 	return fn()
 }
 
@@ -168,11 +123,11 @@ func (p *Pool) withPoolLock(fn func() error) error {
 // git reads every registered worktree's admin folder while it adds one, and
 // fails on one that another process is creating at the same moment.
 func (p *Pool) withGitLock(fn func() error) error {
-	l, err := lockFile(filepath.Join(p.Dir, "git.lock"), false)
+	l, err := filelock.Lock(filepath.Join(p.Dir, "git.lock"))
 	if err != nil {
 		return err
 	}
-	defer unlock(l)
+	defer filelock.Unlock(l)
 	return fn()
 }
 
@@ -254,7 +209,7 @@ func (p *Pool) takeFree(ctx context.Context, base, owner string) (*Lease, error)
 			if err != nil || m.State != SlotFree {
 				continue
 			}
-			lk, err := lockFile(p.lockPath(name), true)
+			lk, err := filelock.TryLock(p.lockPath(name))
 			if err != nil || lk == nil {
 				continue
 			}
@@ -270,12 +225,12 @@ func (p *Pool) takeFree(ctx context.Context, base, owner string) (*Lease, error)
 			return cands[i].meta.LastUsed.After(cands[j].meta.LastUsed)
 		})
 		for _, c := range cands[1:] {
-			unlock(c.lock)
+			filelock.Unlock(c.lock)
 		}
 		m := cands[0].meta
 		m.State, m.Owner, m.LastUsed = SlotBusy, owner, p.Now()
 		if err := p.writeMeta(m); err != nil {
-			unlock(cands[0].lock)
+			filelock.Unlock(cands[0].lock)
 			return err
 		}
 		lease = &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: cands[0].lock}
@@ -304,7 +259,7 @@ func (p *Pool) distance(ctx context.Context, a, b string) int {
 // Adopt takes over the worktree a session left behind (a crash, a
 // cancellation, --keep-worktree) without resetting it.
 func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
-	lk, err := lockFile(p.lockPath(slot), true)
+	lk, err := filelock.TryLock(p.lockPath(slot))
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +283,7 @@ func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
 		return nil
 	})
 	if err != nil {
-		unlock(lk)
+		filelock.Unlock(lk)
 		return nil, err
 	}
 	if _, err := lease.Git.Line(ctx, "rev-parse", "--verify", "HEAD"); err != nil {
@@ -353,14 +308,14 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 		return nil, err
 	}
 	slot := newSlotName()
-	lk, err := lockFile(p.lockPath(slot), false)
+	lk, err := filelock.Lock(p.lockPath(slot))
 	if err != nil {
 		return nil, err
 	}
 	dir := filepath.Join(p.Dir, slot)
 	m := SlotMeta{Slot: slot, Worktree: dir, State: SlotBusy, Owner: owner, Base: base, LastUsed: p.Now()}
 	if err := p.writeMeta(m); err != nil {
-		unlock(lk)
+		filelock.Unlock(lk)
 		return nil, err
 	}
 	if err := p.withGitLock(func() error {
@@ -368,13 +323,13 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 		return err
 	}); err != nil {
 		p.removeSlot(ctx, m)
-		unlock(lk)
+		filelock.Unlock(lk)
 		return nil, fmt.Errorf("create worktree at %s: %w", base, err)
 	}
 	gd, err := p.findGitDir(dir)
 	if err != nil {
 		p.removeSlot(ctx, m)
-		unlock(lk)
+		filelock.Unlock(lk)
 		return nil, err
 	}
 	m.GitDir = gd
@@ -704,7 +659,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	l.Meta.State, l.Meta.Owner, l.Meta.LastUsed = SlotFree, "", p.Now()
 	err := p.withPoolLock(func() error { return p.writeMeta(l.Meta) })
-	unlock(l.lock)
+	filelock.Unlock(l.lock)
 	l.lock = nil
 	if err != nil {
 		return err
@@ -724,7 +679,7 @@ func (l *Lease) Keep() error {
 	}
 	l.Meta.LastUsed = l.pool.Now()
 	err := l.pool.withPoolLock(func() error { return l.pool.writeMeta(l.Meta) })
-	unlock(l.lock)
+	filelock.Unlock(l.lock)
 	l.lock = nil
 	return err
 }
@@ -732,7 +687,7 @@ func (l *Lease) Keep() error {
 // discard removes the worktree and its slot.
 func (l *Lease) discard(ctx context.Context) error {
 	err := l.pool.removeSlot(ctx, l.Meta)
-	unlock(l.lock)
+	filelock.Unlock(l.lock)
 	l.lock = nil
 	return err
 }
@@ -762,7 +717,7 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 		errs = append(errs, err)
 	}
 	// The slot's lock file goes too (the caller holds it: a waiter finds
-	// the file gone after it locks, see lockFile, and locks afresh).
+	// the file gone after it locks, see filelock.Lock, and locks afresh).
 	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot)), p.lockPath(m.Slot)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
@@ -794,7 +749,7 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 			if !over {
 				continue
 			}
-			lk, err := lockFile(p.lockPath(m.Slot), true)
+			lk, err := filelock.TryLock(p.lockPath(m.Slot))
 			if err != nil || lk == nil {
 				continue
 			}
@@ -874,8 +829,8 @@ func (p *Pool) Status(ctx context.Context) ([]SlotStatus, error) {
 			continue
 		}
 		s := SlotStatus{SlotMeta: m}
-		if lk, err := lockFile(p.lockPath(n), true); err == nil && lk != nil {
-			unlock(lk)
+		if lk, err := filelock.TryLock(p.lockPath(n)); err == nil && lk != nil {
+			filelock.Unlock(lk)
 		} else {
 			s.InUse = true
 		}
@@ -910,7 +865,7 @@ func (p *Pool) Prune(ctx context.Context, all, orphans bool) ([]string, error) {
 			if !(gone || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)) {
 				continue
 			}
-			lk, err := lockFile(p.lockPath(n), true)
+			lk, err := filelock.TryLock(p.lockPath(n))
 			if err != nil || lk == nil {
 				continue // in use by a live process
 			}

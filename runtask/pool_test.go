@@ -220,40 +220,6 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	}
 }
 
-// A waiter for a slot's lock whose holder removes the slot (and its lock
-// file) must not think it holds a lock on the path: it locks the new file.
-func TestLockFileSurvivesRemoval(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "wt-1.lock")
-	first, err := lockFile(path, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *os.File)
-	go func() {
-		f, err := lockFile(path, false)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- f
-	}()
-	// The holder removes the file, then lets go.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	unlock(first)
-	second := <-got
-	defer unlock(second)
-	held, _ := second.Stat()
-	now, err := os.Stat(path)
-	if err != nil || !os.SameFile(held, now) {
-		t.Fatalf("the waiter holds a lock on a removed file (%v)", err)
-	}
-	// And it excludes a third taker.
-	if third, err := lockFile(path, true); err != nil || third != nil {
-		t.Fatalf("a second holder of the same lock: %v %v", third, err)
-	}
-}
-
 func TestPoolAdoptKeepsOwner(t *testing.T) {
 	ctx := context.Background()
 	p, _, base := newTestPool(t, 2)

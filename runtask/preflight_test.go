@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
@@ -45,7 +46,7 @@ func TestRunRefusesUnreachableDataRoot(t *testing.T) {
 		Capabilities: runtask.Capabilities{Tools: []string{"read", "bash"}}, Session: "s", TimeoutSeconds: 60}
 	_, err = runtask.Run(context.Background(), runtask.Options{Task: task, Config: conductor.Config{DataRoot: data},
 		Repo: repo, Role: impl, Sandbox: sb, Model: nopModel{}})
-	var ref *policy.Refusal
+	var ref *refusal.Refusal
 	if !errors.As(err, &ref) || ref.Code != "sandbox-unavailable" || !strings.Contains(err.Error(), private) {
 		t.Fatalf("err %v", err)
 	}

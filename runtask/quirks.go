@@ -150,6 +150,9 @@ func snippet(b []byte, n int) string {
 // legacy function_call are lifted into tool_calls; finish_reason is
 // "tool_calls" whenever calls are present. It reports whether "usage" was
 // present (go-openai turns a missing usage into zeros).
+//
+// Each server quirk has its own function below, named for what it fixes;
+// this one is the order they run in.
 func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatResponseInfo, error) {
 	var info chatResponseInfo
 	var top map[string]json.RawMessage
@@ -157,11 +160,7 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 		return nil, info, err
 	}
 	foldKeys(top, "choices", "usage")
-	if u, ok := top["usage"]; ok && !isJSONNull(u) {
-		info.usagePresent = true
-	} else {
-		info.fixes = appendFix(info.fixes, FixUsageMissing)
-	}
+	info.noteUsage(top)
 	var choices []map[string]json.RawMessage
 	if raw, ok := top["choices"]; ok && !isJSONNull(raw) {
 		if err := json.Unmarshal(raw, &choices); err != nil {
@@ -169,160 +168,243 @@ func normalizeChatResponse(body []byte, req chatRequestInfo) ([]byte, chatRespon
 		}
 	}
 	if len(choices) == 0 {
-		// Some proxies answer an error object with HTTP 200.
-		var e struct {
-			Error json.RawMessage `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && len(e.Error) > 0 && !isJSONNull(e.Error) {
-			var obj struct {
-				Message string `json:"message"`
-			}
-			msg := snippet(e.Error, 300)
-			if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
-				msg = obj.Message
-			} else if s := ""; json.Unmarshal(e.Error, &s) == nil && s != "" {
-				msg = s
-			}
-			return nil, info, fmt.Errorf("the server answered an error: %s", msg)
+		if err := errorWithOK(body); err != nil {
+			return nil, info, err
 		}
 	}
-	used := map[string]bool{}
-	for id := range req.priorIDs {
-		used[id] = true
-	}
-	next := len(used) + 1
-	newID := func() string {
-		for {
-			id := "call_" + strconv.Itoa(next)
-			next++
-			if !used[id] {
-				used[id] = true
-				return id
-			}
-		}
-	}
+	ids := newCallIDs(req.priorIDs)
 	for ci, ch := range choices {
-		foldKeys(ch, "message", "finish_reason")
-		var msg map[string]json.RawMessage
-		if raw, ok := ch["message"]; ok && !isJSONNull(raw) {
-			if err := json.Unmarshal(raw, &msg); err != nil {
-				return nil, info, fmt.Errorf("choices[%d].message: %w", ci, err)
-			}
-		} else {
-			msg = map[string]json.RawMessage{}
+		if err := info.normalizeChoice(ci, ch, req, ids); err != nil {
+			return nil, info, err
 		}
-		foldKeys(msg, "role", "content", "tool_calls", "function_call")
-		// A reasoning model's thinking, written into content by servers
-		// without a reasoning parser: it is not the answer, and tool calls
-		// it mentions are not calls.
-		var content string
-		if json.Unmarshal(msg["content"], &content) == nil {
-			if rest, think, ok := splitThink(content); ok {
-				msg["content"] = mustJSON(rest)
-				var prior string
-				_ = json.Unmarshal(msg["reasoning_content"], &prior)
-				if prior == "" {
-					msg["reasoning_content"] = mustJSON(think)
-				}
-				info.fixes = appendFix(info.fixes, FixThinkInContent)
-			}
-		}
-		var calls []map[string]json.RawMessage
-		if raw, ok := msg["tool_calls"]; ok && !isJSONNull(raw) {
-			if err := json.Unmarshal(raw, &calls); err != nil {
-				return nil, info, fmt.Errorf("choices[%d].message.tool_calls: %w", ci, err)
-			}
-		}
-		if fc, ok := msg["function_call"]; ok && !isJSONNull(fc) {
-			if len(calls) == 0 {
-				calls = []map[string]json.RawMessage{{"function": fc}}
-				info.fixes = appendFix(info.fixes, FixFunctionCall)
-			}
-			delete(msg, "function_call")
-		}
-		if len(calls) == 0 {
-			var content string
-			if json.Unmarshal(msg["content"], &content) == nil && content != "" {
-				if rest, lifted := liftContentCalls(content, req.tools); len(lifted) > 0 {
-					msg["content"] = mustJSON(rest)
-					calls = lifted
-					info.fixes = appendFix(info.fixes, FixCallsInContent)
-				}
-			}
-		}
-		for _, c := range calls {
-			foldKeys(c, "id", "type", "function", "index")
-			var id string
-			_ = json.Unmarshal(c["id"], &id)
-			switch {
-			case id == "":
-				c["id"] = mustJSON(newID())
-				info.fixes = appendFix(info.fixes, FixMissingID)
-			case used[id]:
-				c["id"] = mustJSON(newID())
-				info.fixes = appendFix(info.fixes, FixDuplicateID)
-			default:
-				used[id] = true
-			}
-			var typ string
-			if json.Unmarshal(c["type"], &typ) != nil || typ == "" {
-				c["type"] = mustJSON("function")
-				info.fixes = appendFix(info.fixes, FixMissingType)
-			}
-			fn := map[string]json.RawMessage{}
-			if raw, ok := c["function"]; ok && !isJSONNull(raw) {
-				if err := json.Unmarshal(raw, &fn); err != nil {
-					return nil, info, fmt.Errorf("choices[%d].message.tool_calls: function: %w", ci, err)
-				}
-			}
-			foldKeys(fn, "name", "arguments")
-			args, fix := argumentsString(fn["arguments"])
-			if fix != "" {
-				info.fixes = appendFix(info.fixes, fix)
-			}
-			fn["arguments"] = mustJSON(args)
-			c["function"] = mustJSON(fn)
-			delete(c, "index") // a streaming field; meaningless here
-		}
-		if len(calls) > 0 {
-			msg["tool_calls"] = mustJSON(calls)
-		} else {
-			delete(msg, "tool_calls")
-		}
-		if _, ok := msg["role"]; !ok {
-			msg["role"] = mustJSON("assistant")
-		}
-		if c, ok := msg["content"]; ok && !isJSONNull(c) {
-			// Multi-part content in an answer is rare; keep the text.
-			var s string
-			if json.Unmarshal(c, &s) != nil {
-				msg["content"] = mustJSON(contentPartsText(c))
-			}
-		}
-		ch["message"] = mustJSON(msg)
-
-		var finish string
-		_ = json.Unmarshal(ch["finish_reason"], &finish)
-		if ci == 0 {
-			info.finishRaw = finish
-		}
-		want := finish
-		switch {
-		case len(calls) > 0:
-			want = "tool_calls"
-		case finish == "", finish == "tool_calls", finish == "tool_call", finish == "function_call":
-			want = "stop"
-		}
-		if want != finish {
-			info.fixes = appendFix(info.fixes, FixFinishReason)
-		}
-		ch["finish_reason"] = mustJSON(want)
 	}
 	if choices != nil {
 		top["choices"] = mustJSON(choices)
 	}
 	out, err := json.Marshal(top)
 	return out, info, err
+}
+
+// fix records a quirk fixed (once).
+func (info *chatResponseInfo) fix(f string) { info.fixes = appendFix(info.fixes, f) }
+
+// noteUsage: servers that send no "usage" (go-openai would read zeros).
+func (info *chatResponseInfo) noteUsage(top map[string]json.RawMessage) {
+	if u, ok := top["usage"]; ok && !isJSONNull(u) {
+		info.usagePresent = true
+	} else {
+		info.fix(FixUsageMissing)
+	}
+}
+
+// errorWithOK: proxies that answer an error object with HTTP 200. It
+// returns that error, or nil when the body holds none.
+func errorWithOK(body []byte) error {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || len(e.Error) == 0 || isJSONNull(e.Error) {
+		return nil
+	}
+	var obj struct {
+		Message string `json:"message"`
+	}
+	msg := snippet(e.Error, 300)
+	if json.Unmarshal(e.Error, &obj) == nil && obj.Message != "" {
+		msg = obj.Message
+	} else if s := ""; json.Unmarshal(e.Error, &s) == nil && s != "" {
+		msg = s
+	}
+	return fmt.Errorf("the server answered an error: %s", msg)
+}
+
+// callIDs hands out tool call ids unique in the conversation.
+type callIDs struct {
+	used map[string]bool
+	next int
+}
+
+func newCallIDs(prior map[string]bool) *callIDs {
+	used := map[string]bool{}
+	for id := range prior {
+		used[id] = true
+	}
+	return &callIDs{used: used, next: len(used) + 1}
+}
+
+func (c *callIDs) fresh() string {
+	for {
+		id := "call_" + strconv.Itoa(c.next)
+		c.next++
+		if !c.used[id] {
+			c.used[id] = true
+			return id
+		}
+	}
+}
+
+// normalizeChoice fixes one choice's message, its tool calls and its
+// finish_reason in place.
+func (info *chatResponseInfo) normalizeChoice(ci int, ch map[string]json.RawMessage, req chatRequestInfo, ids *callIDs) error {
+	foldKeys(ch, "message", "finish_reason")
+	msg := map[string]json.RawMessage{}
+	if raw, ok := ch["message"]; ok && !isJSONNull(raw) {
+		if err := json.Unmarshal(raw, &msg); err != nil {
+			return fmt.Errorf("choices[%d].message: %w", ci, err)
+		}
+	}
+	foldKeys(msg, "role", "content", "tool_calls", "function_call")
+	info.liftThinking(msg)
+	var calls []map[string]json.RawMessage
+	if raw, ok := msg["tool_calls"]; ok && !isJSONNull(raw) {
+		if err := json.Unmarshal(raw, &calls); err != nil {
+			return fmt.Errorf("choices[%d].message.tool_calls: %w", ci, err)
+		}
+	}
+	calls = info.liftFunctionCall(msg, calls)
+	if len(calls) == 0 {
+		calls = info.liftContentCalls(msg, req.tools)
+	}
+	for _, c := range calls {
+		if err := info.normalizeToolCall(c, ids); err != nil {
+			return fmt.Errorf("choices[%d].message.tool_calls: %w", ci, err)
+		}
+	}
+	if len(calls) > 0 {
+		msg["tool_calls"] = mustJSON(calls)
+	} else {
+		delete(msg, "tool_calls")
+	}
+	defaultRoleAndTextContent(msg)
+	ch["message"] = mustJSON(msg)
+	info.fixFinishReason(ch, ci == 0, len(calls) > 0)
+	return nil
+}
+
+// liftThinking: a reasoning model's thinking, written into content by
+// servers without a reasoning parser. It is not the answer, and tool calls
+// it mentions are not calls: it moves to reasoning_content.
+func (info *chatResponseInfo) liftThinking(msg map[string]json.RawMessage) {
+	var content string
+	if json.Unmarshal(msg["content"], &content) != nil {
+		return
+	}
+	rest, think, ok := splitThink(content)
+	if !ok {
+		return
+	}
+	msg["content"] = mustJSON(rest)
+	var prior string
+	_ = json.Unmarshal(msg["reasoning_content"], &prior)
+	if prior == "" {
+		msg["reasoning_content"] = mustJSON(think)
+	}
+	info.fix(FixThinkInContent)
+}
+
+// liftFunctionCall: the legacy function_call, read as the one tool call
+// when there are none (and dropped either way).
+func (info *chatResponseInfo) liftFunctionCall(msg map[string]json.RawMessage, calls []map[string]json.RawMessage) []map[string]json.RawMessage {
+	fc, ok := msg["function_call"]
+	if !ok || isJSONNull(fc) {
+		return calls
+	}
+	if len(calls) == 0 {
+		calls = []map[string]json.RawMessage{{"function": fc}}
+		info.fix(FixFunctionCall)
+	}
+	delete(msg, "function_call")
+	return calls
+}
+
+// liftContentCalls: tool calls written into content (<tool_call> tags, or
+// bare JSON naming an offered tool) by servers without a tool parser.
+func (info *chatResponseInfo) liftContentCalls(msg map[string]json.RawMessage, tools map[string]bool) []map[string]json.RawMessage {
+	var content string
+	if json.Unmarshal(msg["content"], &content) != nil || content == "" {
+		return nil
+	}
+	rest, lifted := liftContentCalls(content, tools)
+	if len(lifted) == 0 {
+		return nil
+	}
+	msg["content"] = mustJSON(rest)
+	info.fix(FixCallsInContent)
+	return lifted
+}
+
+// normalizeToolCall: a call without an id, with an id used before, without
+// a type, or with arguments that are an object or absent.
+func (info *chatResponseInfo) normalizeToolCall(c map[string]json.RawMessage, ids *callIDs) error {
+	foldKeys(c, "id", "type", "function", "index")
+	var id string
+	_ = json.Unmarshal(c["id"], &id)
+	switch {
+	case id == "":
+		c["id"] = mustJSON(ids.fresh())
+		info.fix(FixMissingID)
+	case ids.used[id]:
+		c["id"] = mustJSON(ids.fresh())
+		info.fix(FixDuplicateID)
+	default:
+		ids.used[id] = true
+	}
+	var typ string
+	if json.Unmarshal(c["type"], &typ) != nil || typ == "" {
+		c["type"] = mustJSON("function")
+		info.fix(FixMissingType)
+	}
+	fn := map[string]json.RawMessage{}
+	if raw, ok := c["function"]; ok && !isJSONNull(raw) {
+		if err := json.Unmarshal(raw, &fn); err != nil {
+			return fmt.Errorf("function: %w", err)
+		}
+	}
+	foldKeys(fn, "name", "arguments")
+	args, fix := argumentsString(fn["arguments"])
+	if fix != "" {
+		info.fix(fix)
+	}
+	fn["arguments"] = mustJSON(args)
+	c["function"] = mustJSON(fn)
+	delete(c, "index") // a streaming field; meaningless here
+	return nil
+}
+
+// defaultRoleAndTextContent: an answer without a role, or with multi-part
+// content (rare in answers; the text is kept).
+func defaultRoleAndTextContent(msg map[string]json.RawMessage) {
+	if _, ok := msg["role"]; !ok {
+		msg["role"] = mustJSON("assistant")
+	}
+	if c, ok := msg["content"]; ok && !isJSONNull(c) {
+		var s string
+		if json.Unmarshal(c, &s) != nil {
+			msg["content"] = mustJSON(contentPartsText(c))
+		}
+	}
+}
+
+// fixFinishReason: finish_reason missing, or not "tool_calls" when there
+// are calls, or a calls variant ("tool_call", "function_call") when there
+// are none. first records the server's value of the first choice.
+func (info *chatResponseInfo) fixFinishReason(ch map[string]json.RawMessage, first, hasCalls bool) {
+	var finish string
+	_ = json.Unmarshal(ch["finish_reason"], &finish)
+	if first {
+		info.finishRaw = finish
+	}
+	want := finish
+	switch {
+	case hasCalls:
+		want = "tool_calls"
+	case finish == "", finish == "tool_call", finish == "tool_calls", finish == "function_call":
+		want = "stop"
+	}
+	if want != finish {
+		info.fix(FixFinishReason)
+	}
+	ch["finish_reason"] = mustJSON(want)
 }
 
 // argumentsString turns a call's arguments into the JSON string OpenAI

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -32,16 +31,6 @@ func NewRunID(now time.Time) string {
 	var b [4]byte
 	rand.Read(b[:])
 	return "r-" + now.UTC().Format("20060102T150405Z") + "-" + hex.EncodeToString(b[:])
-}
-
-var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// ValidRunID reports whether id can name a run folder.
-func ValidRunID(id string) error {
-	if !runIDPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("run id %q: letters, digits, '.', '_', '-' only (at most 128)", id)
-	}
-	return nil
 }
 
 // Transcript line types.

@@ -20,10 +20,11 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // Options configures one run.
@@ -92,7 +93,7 @@ func Run(ctx context.Context, opts Options) (runrec.Result, error) {
 // from the run folder when opts.Task is empty. A finished run is returned as
 // it is.
 func Resume(ctx context.Context, opts Options, runID string) (runrec.Result, error) {
-	if err := ValidRunID(runID); err != nil {
+	if err := runrec.ValidRunID(runID); err != nil {
 		return runrec.Result{}, err
 	}
 	opts.Config = opts.Config.WithDefaults()
@@ -194,7 +195,7 @@ func newRunner(opts Options) (*runner, error) {
 		}
 	}
 	if len(r.tools) == 0 {
-		return nil, policy.Refusef("tools-not-allowed", "ask for tools the role allows, or use another role",
+		return nil, refusal.Newf("tools-not-allowed", "ask for tools the role allows, or use another role",
 			"role %s allows none of the task's tools (%s)", opts.Role.Name(), strings.Join(r.task.Tools(), ", "))
 	}
 	r.stopText = strings.Join(denied, ", ")
@@ -206,13 +207,13 @@ func newRunner(opts Options) (*runner, error) {
 		// Before anything is created: a run that cannot start leaves nothing.
 		install, err := checkRuntime(r.task.Runtime, r.cfg.PiDir)
 		if err != nil {
-			return nil, policy.Refusef("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and CONDUCTOR_PI_DIR=DIR), or use the builtin runtime",
+			return nil, refusal.Newf("runtime-unavailable", "install pi (make pi, or npm install --prefix DIR "+piPackage+"@"+PiVersion+" and CONDUCTOR_PI_DIR=DIR), or use the builtin runtime",
 				"task %s asks for runtime pi: %v", r.task.ID, err)
 		}
 		r.pi = install
 	}
 	if opts.RunID != "" {
-		if err := ValidRunID(opts.RunID); err != nil {
+		if err := runrec.ValidRunID(opts.RunID); err != nil {
 			return nil, err
 		}
 	}
@@ -240,7 +241,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 		for _, dir := range []string{wtBase, filepath.Join(r.cfg.DataRoot, "scratch")} {
 			abs, _ := filepath.Abs(dir)
 			if err := rc.Reachable(abs); err != nil {
-				return res, policy.Refusef("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
+				return res, refusal.Newf("sandbox-unavailable", "run conductor doctor; use a data root the sandbox user can reach (CONDUCTOR_HOME=/var/lib/conductor, or WORKER_WORKTREE_BASE), or open the folder named above",
 					"the sandbox cannot reach %s: %v", dir, err)
 			}
 		}
@@ -250,14 +251,14 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 
 	// One process per session.
 	r.sessDir = sessionDir(r.cfg, t.Workspace, t.Session)
-	slock, err := lockFile(filepath.Join(r.sessDir, "session.lock"), true)
+	slock, err := filelock.TryLock(filepath.Join(r.sessDir, "session.lock"))
 	if err != nil {
 		return res, err
 	}
 	if slock == nil {
 		return res, fmt.Errorf("session %s/%s: %w", t.Workspace, t.Session, ErrSessionBusy)
 	}
-	defer unlock(slock)
+	defer filelock.Unlock(slock)
 
 	// An already finished run id is answered from its record (idempotent
 	// redelivery).
@@ -311,38 +312,82 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 	}
 	if st == nil {
 		if r.opts.FollowUp != "" {
-			return 0, policy.Refusef("session-unknown", "dispatch the task first, then refine it with --follow-up",
+			return 0, refusal.Newf("session-unknown", "dispatch the task first, then refine it with --follow-up",
 				"session %s/%s has no earlier run to follow up", t.Workspace, t.Session)
 		}
 		return modeNew, nil
 	}
 	if st.Repo != r.repo.CommonDir() {
-		return 0, policy.Refusef("session-repo-mismatch", "use a new session name for another repository",
+		return 0, refusal.Newf("session-repo-mismatch", "use a new session name for another repository",
 			"session %s/%s belongs to repository %s, not %s", t.Workspace, t.Session, st.Repo, r.repo.CommonDir())
 	}
 	if !runrec.Final(st.Status) {
 		if r.opts.RunID != "" && r.opts.RunID != st.RunID {
-			return 0, policy.Refusef("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
+			return 0, refusal.Newf("session-unfinished", "resume it with `conductor run-task resume "+st.RunID+"` or use a new session",
 				"session %s/%s has an unfinished run %s", t.Workspace, t.Session, st.RunID)
 		}
 		return modeContinue, nil
 	}
 	if r.opts.FollowUp == "" {
-		return 0, policy.Refusef("session-finished", "pass --follow-up TEXT for a refinement round, or use a new session name",
+		return 0, refusal.Newf("session-finished", "pass --follow-up TEXT for a refinement round, or use a new session name",
 			"session %s/%s already finished run %s (%s)", t.Workspace, t.Session, st.RunID, st.Status)
 	}
 	return modeFollowUp, nil
 }
 
+// execute runs one round of the session, in its real steps: the session
+// state for the mode, the model, the run folder, the start record, the
+// worktree and its toolbox, the conversation, then the runtime's turn.
 func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, error) {
-	t := r.task
-	st := r.state
 	r.started = r.now()
+	if err := r.startState(ctx, mode); err != nil {
+		return runrec.Result{}, err
+	}
+	// Model: resolved before the run folder exists, so that an unknown
+	// alias or a missing key leaves no phantom run behind.
+	sess, secretEnv, err := r.resolveModel(mode)
+	if err != nil {
+		return runrec.Result{}, err
+	}
+	closeFolder, err := r.openRunFolder()
+	if err != nil {
+		return runrec.Result{}, err
+	}
+	defer closeFolder()
+	if err := r.recordStart(ctx, mode); err != nil {
+		return runrec.Result{}, err
+	}
+	closeWorktree, err := r.prepareWorktree(ctx, mode, secretEnv)
+	if err != nil {
+		return r.fail(ctx, err)
+	}
+	defer closeWorktree()
+	drift, err := r.openConversation(mode)
+	switch {
+	case err != nil:
+		return r.fail(ctx, err)
+	case drift != "":
+		return r.finish(ctx, StatusDrift, drift)
+	}
+	st, t := r.state, r.task
+	st.Status = runrec.StatusRunning
+	if err := r.save(); err != nil {
+		return r.fail(ctx, err)
+	}
+	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
+	status, msg := sess.Turn(ctx)
+	return r.finish(ctx, status, msg)
+}
+
+// startState sets up the session state for the mode: a new session (from
+// its base commit), a follow-up round (a new run id), or a continued run.
+func (r *runner) startState(ctx context.Context, mode runMode) error {
+	t, st := r.task, r.state
 	switch mode {
 	case modeNew:
 		base, err := resolveBase(ctx, r.repo, t.Base)
 		if err != nil {
-			return runrec.Result{}, err
+			return err
 		}
 		st = &sessionState{Version: 1, Workspace: t.Workspace, Session: t.Session, Repo: r.repo.CommonDir(),
 			PoolDir: r.pool.Dir, BaseCommit: base}
@@ -361,8 +406,15 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 		st.Status = runrec.StatusRunning
 	}
-	// Model: resolved before the run folder exists, so that an unknown
-	// alias or a missing key leaves no phantom run behind.
+	return nil
+}
+
+// resolveModel picks the model alias and the runtime's session: pi (which
+// talks to the model through the proxy) or the built-in loop with a model
+// client. It returns the environment names commands never get (the
+// denied list plus the model's key variable).
+func (r *runner) resolveModel(mode runMode) (WorkerSession, []string, error) {
+	t, st := r.task, r.state
 	alias := cmp.Or(r.opts.ModelAlias, t.Model, st.ModelAlias)
 	if alias == "" && r.opts.Model == nil && r.opts.Connect == nil && r.opts.Registry != nil {
 		alias = r.opts.Registry.Default()
@@ -374,7 +426,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if t.Runtime == RuntimePi {
 		ps, err := r.newPiSession(mode, alias)
 		if err != nil {
-			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
+			return nil, nil, fmt.Errorf("model %q: %w", alias, err)
 		}
 		sess, modelName = ps, ps.spec.Model
 		if ps.spec.APIKeyEnv != "" {
@@ -386,27 +438,32 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 			connect = r.connectRegistry
 		}
 		if connect == nil {
-			return runrec.Result{}, errors.New("run-task: no model client and no model registry")
+			return nil, nil, errors.New("run-task: no model client and no model registry")
 		}
 		client, name, secrets, err := connect(alias)
 		if err != nil {
-			return runrec.Result{}, fmt.Errorf("model %q: %w", alias, err)
+			return nil, nil, fmt.Errorf("model %q: %w", alias, err)
 		}
 		r.model, modelName = client, name
 		secretEnv = append(append([]string(nil), secretEnv...), secrets...)
 	}
 	st.ModelAlias, st.Model = alias, cmp.Or(modelName, st.Model, alias)
+	return sess, secretEnv, nil
+}
 
-	r.runDir = runrec.Dir(r.cfg.RunDir(st.RunID))
+// openRunFolder makes the run folder and opens what the run writes there
+// as it goes: stderr.txt, the progress events and the transcript. The
+// returned func closes them.
+func (r *runner) openRunFolder() (func(), error) {
+	r.runDir = runrec.Dir(r.cfg.RunDir(r.state.RunID))
 	if err := os.MkdirAll(string(r.runDir), 0o755); err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+		return nil, fmt.Errorf("run folder: %w", err)
 	}
 	errFile, err := os.OpenFile(r.runDir.Path(runrec.StderrFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		return runrec.Result{}, fmt.Errorf("run folder: %w", err)
+		return nil, fmt.Errorf("run folder: %w", err)
 	}
 	r.errFile = errFile
-	defer errFile.Close()
 	r.stderr = errFile
 	if r.opts.Stderr != nil {
 		r.stderr = io.MultiWriter(r.opts.Stderr, errFile)
@@ -418,32 +475,46 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	}
 	r.log, err = runrec.OpenLog(r.runDir.Path(runrec.TranscriptFile))
 	if err != nil {
-		return runrec.Result{}, fmt.Errorf("transcript: %w", err)
+		errFile.Close()
+		return nil, fmt.Errorf("transcript: %w", err)
 	}
-	defer r.log.Close()
+	return func() {
+		r.log.Close()
+		errFile.Close()
+	}, nil
+}
 
+// recordStart writes the task as dispatched (a new round), the first
+// result.json and the store's run row, and emits the started event.
+func (r *runner) recordStart(ctx context.Context, mode runMode) error {
 	if mode != modeContinue {
 		if err := r.writeTask(); err != nil {
-			return runrec.Result{}, err
+			return err
 		}
 	}
 	r.result = r.baseResult()
 	if err := r.record(ctx); err != nil {
-		return runrec.Result{}, err
+		return err
 	}
+	t, st := r.task, r.state
 	r.event(ctx, bus.EventStarted, map[string]any{"runtime": cmp.Or(t.Runtime, RuntimeBuiltin), "harnessAlias": r.harness(),
 		"modelAlias": st.ModelAlias, "session": t.Session, "resumed": mode == modeContinue})
+	return nil
+}
 
-	// Worktree.
+// prepareWorktree takes the session's worktree, opens it as the tools'
+// root and builds the toolbox: the commands' environment (secretEnv never
+// in it), their scratch HOME, the read-only submodule folders. The
+// returned func removes the scratch folder and closes the root.
+func (r *runner) prepareWorktree(ctx context.Context, mode runMode, secretEnv []string) (func(), error) {
 	if err := r.takeWorktree(ctx, mode); err != nil {
-		return r.fail(ctx, fmt.Errorf("worktree: %w", err))
+		return nil, fmt.Errorf("worktree: %w", err)
 	}
 	root, err := os.OpenRoot(r.lease.Dir())
 	if err != nil {
-		return r.fail(ctx, fmt.Errorf("worktree: %w", err))
+		return nil, fmt.Errorf("worktree: %w", err)
 	}
 	r.root = root
-	defer root.Close()
 	if mode == modeContinue {
 		// A conductor killed inside an atomic write leaves its temp file.
 		if n := sweepWriteTemps(root); n > 0 {
@@ -451,13 +522,12 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		}
 	}
 	r.touched = touchedSet{}
-	for _, f := range st.Files {
+	for _, f := range r.state.Files {
 		r.touched[f.Path] = f.Hash
 	}
 	// Commands get HOME and TMPDIR in a scratch folder, made at the first
 	// command (most steps run none) and removed with the run.
-	r.scratch = filepath.Join(r.cfg.DataRoot, "scratch", st.RunID)
-	defer os.RemoveAll(r.scratch)
+	r.scratch = filepath.Join(r.cfg.DataRoot, "scratch", r.state.RunID)
 	env, dropped := commandEnv(r.getenv, r.opts.Role, r.scratch, secretEnv)
 	if len(dropped) > 0 {
 		r.warnf("never passed to commands (credential-like or reserved): %s", strings.Join(dropped, ", "))
@@ -473,15 +543,24 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if r.opts.Sandbox == nil && r.tb.allowed[ToolRunCommand] {
 		r.warnf("no sandbox configured: run_command calls will fail")
 	}
+	return func() {
+		os.RemoveAll(r.scratch)
+		root.Close()
+	}, nil
+}
 
-	// Conversation: the built-in loop's messages (a pi round's prompt goes
-	// to pi, which keeps its own session).
+// openConversation sets up the built-in loop's messages for the mode (a
+// pi round's prompt goes to pi, which keeps its own session). Continuing,
+// it checks the worktree against the last checkpoint: drift is the
+// message to finish with (StatusDrift) unless the operator accepts it.
+func (r *runner) openConversation(mode runMode) (drift string, err error) {
+	t, st := r.task, r.state
 	pi := t.Runtime == RuntimePi
 	switch {
 	case mode == modeNew && !pi:
 		sys, err := r.systemPrompt()
 		if err != nil {
-			return r.fail(ctx, err)
+			return "", err
 		}
 		st.Messages = []openai.ChatCompletionMessage{
 			{Role: openai.ChatMessageRoleSystem, Content: sys},
@@ -498,7 +577,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		if drifted := r.checkDrift(); len(drifted) > 0 {
 			msg := "files changed since the last checkpoint: " + strings.Join(drifted, ", ")
 			if !r.opts.AcceptDrift {
-				return r.finish(ctx, StatusDrift, msg+" (inspect the worktree; resume with --accept-drift to continue)")
+				return msg + " (inspect the worktree; resume with --accept-drift to continue)", nil
 			}
 			r.warnf("%s (continuing: --accept-drift)", msg)
 			note := "Note: since your last step, these files were changed outside this session: " + strings.Join(drifted, ", ") + ". Re-read them before relying on their content."
@@ -510,13 +589,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 			r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
 		}
 	}
-	st.Status = runrec.StatusRunning
-	if err := r.save(); err != nil {
-		return r.fail(ctx, err)
-	}
-	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, alias, r.lease.Dir())})
-	status, msg := sess.Turn(ctx)
-	return r.finish(ctx, status, msg)
+	return "", nil
 }
 
 // connectRegistry resolves alias in the registry and builds its client.

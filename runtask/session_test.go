@@ -18,8 +18,8 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // readTranscript parses every line of a run's transcript.
@@ -277,7 +277,7 @@ func TestRoleRefusesTools(t *testing.T) {
 	f := newFixture(t)
 	f.role.denyTools = CanonicalTools
 	_, err := Run(context.Background(), f.opts(testTask("x"), &scriptModel{}))
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	if !errors.As(err, &rf) || rf.Code != "tools-not-allowed" {
 		t.Fatalf("err = %v", err)
 	}
@@ -312,7 +312,7 @@ func TestFollowUpContinuesSession(t *testing.T) {
 	}
 	// Without a follow-up, the finished session refuses.
 	_, err = Run(context.Background(), f.opts(task, &scriptModel{}))
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	if !errors.As(err, &rf) || rf.Code != "session-finished" {
 		t.Fatalf("err = %v", err)
 	}

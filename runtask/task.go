@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/jsonstrict"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -309,7 +310,6 @@ func goTypeName(t string) string {
 }
 
 var (
-	safeName  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 	aliasName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,255}$`)
 )
 
@@ -322,8 +322,8 @@ func (t Task) Validate() error {
 		return fe("taskVersion", "unsupported version %d (this conductor reads taskVersion 1)", t.TaskVersion)
 	}
 	for _, f := range []struct{ name, v string }{{"id", t.ID}, {"workspace", t.Workspace}, {"session", t.Session}} {
-		if !safeName.MatchString(f.v) || strings.Contains(f.v, "..") {
-			return fe(f.name, "%q is not a valid name (letters, digits, '.', '_', '-'; at most 128; no '..')", f.v)
+		if !runrec.ValidName(f.v) {
+			return fe(f.name, "%q is not a valid name (%s)", f.v, runrec.NameRule)
 		}
 	}
 	if strings.TrimSpace(t.Prompt) == "" {
@@ -340,7 +340,7 @@ func (t Task) Validate() error {
 			return fe(fmt.Sprintf("capabilities.tools[%d]", i), "unknown tool %q (known: %s, or read, write, edit, bash)", name, strings.Join(CanonicalTools, ", "))
 		}
 	}
-	if t.Role != "" && !safeName.MatchString(t.Role) {
+	if t.Role != "" && !runrec.ValidName(t.Role) {
 		return fe("role", "%q is not a valid role name", t.Role)
 	}
 	if t.Model != "" && !aliasName.MatchString(t.Model) {

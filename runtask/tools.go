@@ -22,6 +22,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
@@ -716,9 +717,9 @@ func memoryText(n int64) string {
 
 // refusalText renders a policy answer for the model.
 func refusalText(err error) string {
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
-		s := "refused (" + r.Code + "): " + r.Reason
+		s := "refused (" + string(r.Code) + "): " + r.Reason
 		if r.Fix != "" {
 			s += "; " + r.Fix
 		}

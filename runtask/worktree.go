@@ -67,30 +67,12 @@ func resolveBase(ctx context.Context, repo patch.Git, base string) (string, erro
 // extractPatch writes the worktree's whole difference from base to out
 // (atomically: temp file, fsync, rename) through the patch package, the one
 // extraction path shared with `conductor extract`.
-func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out string) (patch.Extracted, error) {
-	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".tmp*")
-	if err != nil {
-		return patch.Extracted{}, fmt.Errorf("extract: %w", err)
-	}
-	defer os.Remove(f.Name()) // no-op after the rename
-	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: f, RemoveHazards: true})
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), out)
-	}
-	if err != nil {
-		return ex, err
-	}
-	if d, err := os.Open(filepath.Dir(out)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return ex, nil
+func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out string) (ex patch.Extracted, err error) {
+	err = runrec.WriteAtomic(out, 0o644, func(w io.Writer) error {
+		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: w, RemoveHazards: true})
+		return err
+	})
+	return ex, err
 }
 
 // toHazards converts what patch.ScanWorktree found into run-record hazards.

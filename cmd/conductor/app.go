@@ -19,9 +19,9 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/termtext"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -226,6 +226,7 @@ func newApp(d *deps) *cli.App {
 			newReviewCmd(d),
 			newDecisionCmd(d),
 			newLandCmd(d),
+			newRecordCmd(d),
 			newAuditCmd(d),
 			newPolicyCmd(d),
 			newPRCmd(d),
@@ -393,7 +394,7 @@ func usagef(format string, args ...any) error {
 // exitCode is the one map from errors to exit statuses.
 func exitCode(ctx context.Context, err error) int {
 	var ue *usageError
-	var rf *policy.Refusal
+	var rf *refusal.Refusal
 	switch {
 	case errors.As(err, &rf):
 		return exitRefused
@@ -433,7 +434,7 @@ func printError(w io.Writer, err error) {
 		return
 	}
 	fmt.Fprintf(w, "conductor: %v\n", err)
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
 		if r.Detail != "" {
 			fmt.Fprintln(w, r.Detail)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // TestEveryCommandHasVersionAndExitStatus walks the whole command tree:
@@ -102,7 +102,7 @@ func TestExitCodeNeverLeaks(t *testing.T) {
 		{"silent refused", &silentError{code: exitRefused}, exitRefused},
 		{"silent interrupted", &silentError{code: exitInterrupted}, exitInterrupted},
 		{"silent bogus 99", &silentError{code: 99}, exitError},
-		{"refusal", fmt.Errorf("land: %w", policy.Refuse("x", "y", "z")), exitRefused},
+		{"refusal", fmt.Errorf("land: %w", refusal.New("x", "y", "z")), exitRefused},
 		{"usage", usagef("bad"), exitUsage},
 		{"canceled", fmt.Errorf("x: %w", context.Canceled), exitInterrupted},
 		{"plain", errors.New("boom"), exitError},

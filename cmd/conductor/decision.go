@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -114,7 +113,7 @@ func decisionRaise(c *cli.Context, d *deps, o decisionRaiseOptions) error {
 	}
 	d.emit(c, bus.EventDecisionRaised, dec.RunID, "", dec.RaisedBy, map[string]any{"decision": dec.ID, "target": dec.Target, "workRef": dec.WorkRef})
 	if o.json {
-		return decisionWriteJSON(d.Stdout, bus.DecisionView{Decision: dec})
+		return writeJSON(d.Stdout, bus.DecisionView{Decision: dec})
 	}
 	fmt.Fprintln(d.Stdout, dec.ID)
 	return nil
@@ -169,7 +168,7 @@ func decisionResolve(c *cli.Context, d *deps, o decisionResolveOptions) error {
 	}
 	d.emit(c, bus.EventDecisionResolved, dec.RunID, "", dec.ResolvedBy, map[string]any{"decision": dec.ID, "option": dec.Option})
 	if o.json {
-		return decisionWriteJSON(d.Stdout, bus.DecisionView{Decision: dec})
+		return writeJSON(d.Stdout, bus.DecisionView{Decision: dec})
 	}
 	fmt.Fprintf(d.Stdout, "%s resolved: %s (by %s)\n", dec.ID, dec.Option, dec.ResolvedBy)
 	return nil
@@ -214,7 +213,7 @@ func decisionShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		return decisionWriteJSON(d.Stdout, v)
+		return writeJSON(d.Stdout, v)
 	}
 	tw, row := kvTable(d.Stdout)
 	row("id", v.ID)
@@ -296,7 +295,7 @@ func decisionList(c *cli.Context, d *deps, openOnly, asJSON bool) error {
 		if list == nil {
 			list = []bus.Decision{}
 		}
-		return decisionWriteJSON(d.Stdout, map[string]any{"decisions": list})
+		return writeJSON(d.Stdout, map[string]any{"decisions": list})
 	}
 	if len(list) == 0 {
 		if openOnly {
@@ -331,10 +330,4 @@ func busDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func decisionWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -165,9 +165,7 @@ func runtimeReports(cfg conductor.Config) []runtimeReport {
 func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 	sel, _ := rep.Backend(opts.Backend)
 	if opts.JSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge}); err != nil {
+		if err := writeJSON(w, doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge}); err != nil {
 			return err
 		}
 	} else {

@@ -64,7 +64,7 @@ func newEnqueueCmd(d *deps) *cli.Command {
 				return fmt.Errorf("enqueue: %w", err)
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(d.Stdout).Encode(map[string]string{"runId": runID, "queue": q.Name()})
+				return writeJSON(d.Stdout, map[string]string{"runId": runID, "queue": q.Name()})
 			}
 			fmt.Fprintln(d.Stdout, runID)
 			fmt.Fprintf(d.Stderr, "queued %s on %s\n", path, q.Name())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -76,12 +75,7 @@ func newEventsCmd(d *deps) *cli.Command {
 
 func printEvent(d *deps, e bus.Event, asJSON bool) error {
 	if asJSON {
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(d.Stdout, "%s\n", b)
-		return err
+		return writeJSONLine(d.Stdout, e)
 	}
 	md := ""
 	if len(e.Metadata) > 0 && string(e.Metadata) != "null" {

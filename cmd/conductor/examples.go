@@ -103,6 +103,11 @@ var examples = map[string][]string{
 		"conductor land DECISION",
 		"conductor land DECISION --close-issue 42",
 	},
+	"record": {
+		"conductor record DECISION",
+		"conductor record --repo ~/src/app 1a2b3c4d5e6f --json",
+		"conductor land DECISION --record",
+	},
 	"audit": {
 		"conductor audit --repo ~/src/app main",
 		"conductor audit --repo . HEAD~3 --json",

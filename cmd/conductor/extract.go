@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
 )
 
@@ -82,47 +82,31 @@ func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
 	if err != nil {
 		return fmt.Errorf("extract: %w", err)
 	}
-	// The diff is spooled to a temporary file (next to -o FILE, so the
-	// final rename is atomic) and only published when everything worked.
-	dir := os.TempDir()
-	if opts.Output != "" {
-		dir = filepath.Dir(opts.Output)
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return fmt.Errorf("extract: -o %s: folder %s does not exist", opts.Output, dir)
-		}
-	}
-	tmp, err := os.CreateTemp(dir, ".conductor-extract-*.diff")
-	if err != nil {
-		return fmt.Errorf("extract: %w", err)
-	}
-	published := false
-	defer func() {
-		tmp.Close()
-		if !published {
-			os.Remove(tmp.Name())
-		}
-	}()
-	ex, err := patch.Extract(ctx, patch.ExtractOptions{Repo: wt, WorkTree: wt.WorkTree, Base: opts.Base, Out: tmp})
-	if err != nil {
+	var ex patch.Extracted
+	extract := func(w io.Writer) (err error) {
+		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: wt, WorkTree: wt.WorkTree, Base: opts.Base, Out: w})
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("extract: %w", err)
-	}
 	if opts.Output != "" {
-		if err := tmp.Close(); err != nil {
-			return fmt.Errorf("extract: %w", err)
+		// -o FILE is published atomically (temp beside it, fsync, rename)
+		// and only when everything worked.
+		if dir := filepath.Dir(opts.Output); !isDir(dir) {
+			return fmt.Errorf("extract: -o %s: folder %s does not exist", opts.Output, dir)
 		}
-		if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-			return fmt.Errorf("extract: %w", err)
-		}
-		if err := os.Rename(tmp.Name(), opts.Output); err != nil {
+		if err := runrec.WriteAtomic(opts.Output, 0o644, extract); err != nil {
 			return fmt.Errorf("extract: -o %s: %w", opts.Output, err)
 		}
-		published = true
-		if df, err := os.Open(dir); err == nil {
-			df.Sync()
-			df.Close()
+	}
+	// To stdout the diff is spooled first, so a failure prints nothing.
+	var tmp *os.File
+	if opts.Output == "" {
+		var err error
+		if tmp, err = os.CreateTemp("", ".conductor-extract-*.diff"); err != nil {
+			return fmt.Errorf("extract: %w", err)
+		}
+		defer func() { tmp.Close(); os.Remove(tmp.Name()) }()
+		if err := extract(tmp); err != nil {
+			return err
 		}
 	}
 	if opts.JSON {
@@ -143,9 +127,7 @@ func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
 				out.DiffBase64 = &s
 			}
 		}
-		enc := json.NewEncoder(d.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return writeJSON(d.Stdout, out)
 	}
 	if opts.Output == "" {
 		if _, err := tmp.Seek(0, io.SeekStart); err != nil {

@@ -43,6 +43,7 @@ func newLandCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
+			&cli.BoolFlag{Name: "record", Usage: "after landing, run the Record step (conductor record DECISION: build log, CURRENT.md status)"},
 			&cli.Int64Flag{Name: "close-issue", Usage: "after landing, comment the landed SHA on forge issue `N` and close it (default: the decision's issue, if any; GITEA_URL/GITEA_TOKEN)"},
 		},
 		Action: func(c *cli.Context) error {
@@ -54,7 +55,7 @@ func newLandCmd(d *deps) *cli.Command {
 	}
 }
 
-func landAction(c *cli.Context, d *deps) error {
+func landAction(c *cli.Context, d *deps) (err error) {
 	ctx := c.Context
 	cfg := d.config(c)
 	store, err := d.openStore(c)
@@ -112,6 +113,13 @@ func landAction(c *cli.Context, d *deps) error {
 	})
 	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
 		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
+	}
+	if err == nil && c.Bool("record") && !c.Bool("dry-run") && (out.Status == land.StatusLanded || out.Status == land.StatusAlreadyLanded) {
+		defer func() {
+			if err == nil { // the landing and its issue first; then the record (its issue: land's)
+				err = recordAction(c, d, id, -1)
+			}
+		}()
 	}
 	if err != nil || issue <= 0 || out.Status != land.StatusLanded {
 		return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -50,7 +49,7 @@ func newNoteCmd(d *deps) *cli.Command {
 				return fmt.Errorf("note: %w", err)
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(d.Stdout).Encode(n)
+				return writeJSON(d.Stdout, n)
 			}
 			fmt.Fprintln(d.Stdout, n.ID)
 			return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 )
@@ -112,7 +112,7 @@ func policyCheck(out io.Writer, dir string, asJSON bool) error {
 		rep.Problems = ve.Problems
 	}
 	if asJSON {
-		if err := policyWriteJSON(out, rep); err != nil {
+		if err := writeJSON(out, rep); err != nil {
 			return err
 		}
 		if !rep.OK {
@@ -136,14 +136,14 @@ func policyCheck(out io.Writer, dir string, asJSON bool) error {
 	if n == 1 {
 		noun = "problem"
 	}
-	return policy.Refusef("policy-invalid", "fix each problem listed above, then run `conductor policy check` again",
+	return refusal.Newf("policy-invalid", "fix each problem listed above, then run `conductor policy check` again",
 		"%s: %d %s in the role contracts", src, n, noun)
 }
 
 func policyShow(out io.Writer, pol *policy.Policy, name string, asJSON bool) error {
 	if name == "" {
 		if asJSON {
-			return policyWriteJSON(out, map[string]any{"roles": pol.RoleNames(), "landing": pol.Landing().Source()})
+			return writeJSON(out, map[string]any{"roles": pol.RoleNames(), "landing": pol.Landing().Source()})
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ROLE\tHARNESS\tTOOLS\tSOURCE")
@@ -158,7 +158,7 @@ func policyShow(out io.Writer, pol *policy.Policy, name string, asJSON bool) err
 	if name == "conductor-policy" || name == "landing" {
 		l := pol.Landing()
 		if asJSON {
-			return policyWriteJSON(out, l.Rules())
+			return writeJSON(out, l.Rules())
 		}
 		return showLanding(out, l)
 	}
@@ -169,7 +169,7 @@ func policyShow(out io.Writer, pol *policy.Policy, name string, asJSON bool) err
 	c := r.Contract()
 	if asJSON {
 		c.Schema = ""
-		return policyWriteJSON(out, c)
+		return writeJSON(out, c)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -235,10 +235,4 @@ func showLanding(out io.Writer, l *policy.Landing) error {
 		row("syntax "+s.Glob, fmt.Sprintf("%s FILE (timeout %s%s)", strings.Join(s.Argv, " "), s.Timeout, opt))
 	}
 	return tw.Flush()
-}
-
-func policyWriteJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

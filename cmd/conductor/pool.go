@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -121,9 +120,7 @@ func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
 		if out == nil {
 			out = []poolOut{}
 		}
-		enc := json.NewEncoder(d.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"pools": out})
+		return writeJSON(d.Stdout, map[string]any{"pools": out})
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(d.Stdout, "no pooled worktrees")

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -180,13 +178,13 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 
 func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error {
 	if asJSON {
-		return json.NewEncoder(stdout).Encode(res)
+		return writeJSON(stdout, res)
 	}
 	pushed := "pushed"
 	if res.Push.UpToDate {
 		pushed = "already on the forge:"
 	}
-	fmt.Fprintf(stderr, "%s %s (%s) to %s\n", pushed, res.Push.Branch, shortSHA(res.Push.Commit), res.Push.Remote)
+	fmt.Fprintf(stderr, "%s %s (%s) to %s\n", pushed, res.Push.Branch, patch.Short(res.Push.Commit), res.Push.Remote)
 	// Say what the server reported: "draft" only when it marked it so.
 	var state string
 	switch {
@@ -204,17 +202,8 @@ func printPR(stdout, stderr io.Writer, res forge.DraftResult, asJSON bool) error
 	return nil
 }
 
-func shortSHA(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
-}
-
-// isRunID reports whether s can name a run folder (no path separators).
-func isRunID(s string) bool {
-	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, `/\`)
-}
+// isRunID reports whether s can name a run folder.
+func isRunID(s string) bool { return runrec.ValidRunID(s) == nil }
 
 func fileExists(p string) bool {
 	_, err := os.Stat(p)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -62,12 +61,12 @@ func pushRun(c *cli.Context, d *deps, branch string) error {
 		return err
 	}
 	if c.Bool("json") {
-		return json.NewEncoder(d.Stdout).Encode(res)
+		return writeJSON(d.Stdout, res)
 	}
 	if res.UpToDate {
-		fmt.Fprintf(d.Stderr, "%s is already at %s on %s\n", branch, shortSHA(res.Commit), res.Remote)
+		fmt.Fprintf(d.Stderr, "%s is already at %s on %s\n", branch, patch.Short(res.Commit), res.Remote)
 	} else {
-		fmt.Fprintf(d.Stderr, "pushed %s (%s) to %s\n", branch, shortSHA(res.Commit), res.Remote)
+		fmt.Fprintf(d.Stderr, "pushed %s (%s) to %s\n", branch, patch.Short(res.Commit), res.Remote)
 	}
 	fmt.Fprintln(d.Stdout, res.Commit)
 	return nil

@@ -88,7 +88,7 @@ func queueDead(c *cli.Context, d *deps, op, id string) error {
 		return fmt.Errorf("queue dead list: %w", err)
 	}
 	if c.Bool("json") {
-		return decisionWriteJSON(d.Stdout, map[string]any{"queue": q.Name(), "deadLetters": dls})
+		return writeJSON(d.Stdout, map[string]any{"queue": q.Name(), "deadLetters": dls})
 	}
 	if len(dls) == 0 {
 		fmt.Fprintf(d.Stderr, "no dead letters on %s\n", q.Name())

@@ -4,16 +4,20 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -147,9 +151,12 @@ func reviewAction(c *cli.Context, d *deps) error {
 		ScratchDir:     cfg.ScratchDir(),
 		Getenv:         d.Getenv,
 		Now:            d.Now,
-		Out:            d.Stdout,
-		JSON:           c.Bool("json"),
 	})
+	if err == nil || rep.Complete() {
+		if rerr := renderReview(d.Stdout, rep, c.Bool("json")); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -177,7 +184,7 @@ func (d *deps) openSandbox(c *cli.Context, name, runID string) (sandbox.Sandbox,
 	o.Docker.RunID = runID
 	sb, err := sandbox.NewWithOptions(name, o)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		return nil, policy.Refusef("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
+		return nil, refusal.Newf("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
 			"the %s sandbox cannot run here: %v", name, err)
 	}
 	return sb, err
@@ -205,7 +212,7 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 		}
 		return runrec.Dir(abs), nil
 	}
-	if err := runtask.ValidRunID(arg); err != nil {
+	if err := runrec.ValidRunID(arg); err != nil {
 		return "", usagef("review: %v", err)
 	}
 	p := runDir(arg)
@@ -271,4 +278,84 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 		return &silentError{code: exitError}
 	}
 	return nil
+}
+
+// renderReview prints a review's report: one JSON object with asJSON, else
+// the report for people (header, diffstat, checks, gate, result).
+func renderReview(w io.Writer, rep review.Report, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, rep)
+	}
+	fmt.Fprintf(w, "review of run %s (task %s, model %s)\n", rep.RunID, rep.TaskID, busDash(rep.Model))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "  work ref\t%s\n", rep.WorkRef)
+	fmt.Fprintf(tw, "  commit\t%s (parent %s, base %s)\n", rep.Commit, patch.Short(rep.Parent), patch.Short(rep.Base))
+	fmt.Fprintf(tw, "  patch-id\t%s\n", rep.PatchID)
+	tw.Flush()
+
+	fmt.Fprintln(w, "\ndiffstat:")
+	var added, deleted int64
+	width := 0
+	for _, f := range rep.Files {
+		width = max(width, len(f.Path))
+	}
+	for _, f := range rep.Files {
+		added += f.Added
+		deleted += f.Deleted
+		stat := fmt.Sprintf("+%d -%d", f.Added, f.Deleted)
+		if f.Binary {
+			stat = "binary"
+		}
+		fmt.Fprintf(w, "  %s %-*s  %s\n", f.Status, width, f.Path, stat)
+	}
+	fmt.Fprintf(w, "  %d file(s) changed, %d insertion(s), %d deletion(s)\n", len(rep.Files), added, deleted)
+
+	fmt.Fprintln(w, "\nchecks:")
+	for _, c := range rep.Checks {
+		fmt.Fprintf(w, "  %-4s  %-6s  %s\n", strings.ToUpper(c.Status), c.Name, c.Summary)
+		for _, f := range c.Findings {
+			fmt.Fprintln(w, indentLines(f, "          "))
+		}
+	}
+	switch {
+	case rep.GateNotRun != "":
+		fmt.Fprintln(w, "  SKIP  gate    "+rep.GateNotRun)
+	case len(rep.Gate) == 0:
+		fmt.Fprintln(w, "  SKIP  gate    no gate command in the policy")
+	}
+	for _, g := range rep.Gate {
+		what := fmt.Sprintf("exit %d in %s", g.ExitCode, g.Duration.Round(time.Millisecond))
+		if g.TimedOut {
+			what = fmt.Sprintf("timed out after %s, killed", g.Duration.Round(time.Millisecond))
+		}
+		fmt.Fprintf(w, "  %-4s  gate    %s: %s (%s)\n", strings.ToUpper(g.Status), g.Name, strings.Join(g.Argv, " "), what)
+		if g.Status == review.StatusFail && g.OutputTail != "" {
+			fmt.Fprintln(w, "          output tail:")
+			fmt.Fprintln(w, indentLines(g.Tail(20), "          | "))
+		}
+	}
+
+	fmt.Fprintln(w)
+	switch {
+	case rep.Verdict != nil:
+		fmt.Fprintf(w, "verdict: %s (#%d) by %s on %s at %s, patch-id %s\n", rep.Verdict.Verdict, rep.Verdict.ID,
+			rep.Verdict.Reviewer, rep.WorkRef, patch.Short(rep.Commit), rep.PatchID)
+	case rep.Clean:
+		fmt.Fprintln(w, "result: clean (no verdict recorded; use --approve or --request-changes TEXT)")
+	default:
+		fmt.Fprintf(w, "result: %d finding(s); nothing recorded\n", len(rep.Findings))
+	}
+	if rep.Decision != nil {
+		fmt.Fprintf(w, "decision: %s raised (%s, target %s)\n", rep.Decision.ID, rep.Decision.Kind, rep.Decision.Target)
+	}
+	return nil
+}
+
+// indentLines prefixes every line of s (its trailing newlines dropped).
+func indentLines(s, prefix string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = prefix + l
+	}
+	return strings.Join(lines, "\n")
 }

@@ -83,7 +83,7 @@ func runsList(c *cli.Context, d *deps, o runsListOptions) error {
 		if runs == nil {
 			runs = []bus.RunSummary{}
 		}
-		return decisionWriteJSON(d.Stdout, map[string]any{"runs": runs})
+		return writeJSON(d.Stdout, map[string]any{"runs": runs})
 	}
 	if len(runs) == 0 {
 		fmt.Fprintln(d.Stderr, "no runs")
@@ -128,7 +128,7 @@ func newRunsShowCmd(d *deps) *cli.Command {
 				return usagef("runs show takes one run id (got %d arguments)", c.NArg())
 			}
 			id := strings.TrimSpace(c.Args().First())
-			if err := bus.CheckRunID(id); err != nil {
+			if err := runrec.ValidRunID(id); err != nil {
 				return usageErr(err)
 			}
 			if c.Bool("follow") && !c.Bool("transcript") {
@@ -159,7 +159,7 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		return decisionWriteJSON(d.Stdout, v)
+		return writeJSON(d.Stdout, v)
 	}
 	tw, row := kvTable(d.Stdout)
 	row("id", v.ID)
@@ -247,7 +247,7 @@ func newRunsReconcileCmd(d *deps) *cli.Command {
 				if reps == nil {
 					reps = []bus.Repair{}
 				}
-				if jerr := decisionWriteJSON(d.Stdout, map[string]any{"repaired": reps}); jerr != nil {
+				if jerr := writeJSON(d.Stdout, map[string]any{"repaired": reps}); jerr != nil {
 					return jerr
 				}
 				return err

@@ -82,7 +82,7 @@ func newRunTaskCmd(d *deps) *cli.Command {
 					if c.NArg() != 1 {
 						return usagef("run-task resume takes one RUN id, got %d arguments", c.NArg())
 					}
-					if err := runtask.ValidRunID(c.Args().First()); err != nil {
+					if err := runrec.ValidRunID(c.Args().First()); err != nil {
 						return usagef("%v", err)
 					}
 					opts, err := runTaskOptions(c, d)

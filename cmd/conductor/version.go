@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -54,7 +53,7 @@ func newVersionCmd(d *deps) *cli.Command {
 				}
 			}
 			if c.Bool("json") {
-				return json.NewEncoder(d.Stdout).Encode(v)
+				return writeJSON(d.Stdout, v)
 			}
 			fmt.Fprintf(d.Stdout, "conductor version %s\n", v.Version)
 			fmt.Fprintf(d.Stdout, "go        %s\n", v.Go)

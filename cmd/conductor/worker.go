@@ -3,10 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -169,7 +167,7 @@ func (w *jobRunner) handle(ctx context.Context, stop <-chan struct{}, dl *queue.
 	if err != nil {
 		return queue.Permanent(err)
 	}
-	if err := runtask.ValidRunID(job.RunID); err != nil {
+	if err := runrec.ValidRunID(job.RunID); err != nil {
 		return queue.Permanent(fmt.Errorf("job %s: %w", dl.ID, err))
 	}
 	log := w.d.Log.With("job", dl.ID, "run", job.RunID, "task", task.ID, "attempt", dl.Attempt)
@@ -342,8 +340,9 @@ func (w *jobRunner) complete(ctx context.Context, log *slog.Logger, job queue.Jo
 			line["pr"] = pr
 		}
 	}
-	out, _ := json.Marshal(line)
-	fmt.Fprintln(w.d.Stdout, string(out))
+	if err := writeJSONLine(w.d.Stdout, line); err != nil {
+		log.Warn("print the job line", "err", err)
+	}
 	log.Info("run finished", "status", res.Status, "steps", res.Steps)
 	return nil
 }
@@ -384,7 +383,7 @@ func (w *jobRunner) reviewAndOpenDraft(ctx context.Context, res runrec.Result, i
 	_, err = review.Run(ctx, review.Options{
 		Store: w.store, Policy: pol, RunDir: dir, Approve: true,
 		Reviewer: "conductor worker", ScratchDir: filepath.Join(cfg.DataRoot, "scratch"),
-		Getenv: w.d.Getenv, Now: w.d.Now, Out: io.Discard,
+		Getenv: w.d.Getenv, Now: w.d.Now,
 	})
 	if err != nil {
 		return "", fmt.Errorf("review: %w", err)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Refusal codes of the agent lifecycle (conductor mcp). Each changes
@@ -423,7 +423,7 @@ func (s *sqlStore) ClaimLease(ctx context.Context, req LeaseRequest) (LeaseResul
 		return nil
 	})
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.As(err, &rf) || isDescribed(err) {
 			return LeaseResult{}, err
 		}
@@ -517,7 +517,7 @@ func (s *sqlStore) CompleteLease(ctx context.Context, c LeaseCompletion) (Claim,
 		return appendEvent(ctx, q, &e)
 	})
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.As(err, &rf) || errors.Is(err, ErrNotFound) || isDescribed(err) {
 			return Claim{}, false, err
 		}

@@ -11,19 +11,19 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/bus/bustest"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/testenv"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 func i64(v int64) *int64 { return &v }
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if !errors.As(err, &r) || !errors.Is(err, bus.ErrConflict) {
 		t.Fatalf("error = %v, want refusal %s", err, code)
 	}
-	if r.Code != code || r.Fix == "" {
+	if string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("refusal %q (fix %q), want %q with a fix", r.Code, r.Fix, code)
 	}
 }
@@ -192,7 +192,7 @@ func TestLeaseConcurrentClaims(t *testing.T) {
 				defer wg.Done()
 				who := fmt.Sprint("agent-", i)
 				_, err := s.ClaimLease(ctx, lease("t-race", who, "r-"+who, "tok-"+who))
-				var r *policy.Refusal
+				var r *refusal.Refusal
 				switch {
 				case err == nil:
 					mu.Lock()
@@ -223,7 +223,7 @@ func TestLeaseConcurrentClaims(t *testing.T) {
 				defer wg.Done()
 				who := fmt.Sprint("late-", i)
 				_, err := s.ClaimLease(ctx, lease("t-race", who, "r-"+who, "tok-"+who))
-				var r *policy.Refusal
+				var r *refusal.Refusal
 				switch {
 				case err == nil:
 					mu.Lock()

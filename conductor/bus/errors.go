@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Refusal codes the store returns. Each refusal changes nothing; the CLI
@@ -17,19 +17,19 @@ const (
 )
 
 // refusalError is a refusal that also matches a store sentinel
-// (errors.Is(err, ErrConflict) and errors.As(err, **policy.Refusal) both
+// (errors.Is(err, ErrConflict) and errors.As(err, **refusal.Refusal) both
 // hold), so store callers branch on the sentinel and the CLI maps it to the
 // refused exit status.
 type refusalError struct {
 	sentinel error
-	refusal  *policy.Refusal
+	refusal  *refusal.Refusal
 }
 
 func (e *refusalError) Error() string   { return e.refusal.Error() }
 func (e *refusalError) Unwrap() []error { return []error{e.sentinel, e.refusal} }
 
-func conflict(code, fix, format string, args ...any) error {
-	return &refusalError{sentinel: ErrConflict, refusal: policy.Refusef(code, fix, format, args...)}
+func conflict(code refusal.Code, fix, format string, args ...any) error {
+	return &refusalError{sentinel: ErrConflict, refusal: refusal.Newf(code, fix, format, args...)}
 }
 
 // notFound reports a missing record.

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // Open opens the store the options select: PostgreSQL when DatabaseURL is
@@ -76,7 +75,7 @@ func schemaVersion(ctx context.Context, q querier) (int, error) {
 }
 
 func (s *sqlStore) tooNew(v int) error {
-	return &refusalError{sentinel: ErrConflict, refusal: policy.Refusef(CodeSchemaTooNew,
+	return &refusalError{sentinel: ErrConflict, refusal: refusal.Newf(CodeSchemaTooNew,
 		fmt.Sprintf("use a conductor that knows schema version %d, or point --data-root / --database-url at another store", v),
 		"the bus store at %s has schema version %d, newer than this conductor knows (%d)", s.b.where(), v, SchemaVersion)}
 }
@@ -136,7 +135,7 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.As(err, &rf) || isDescribed(err) {
 			return err
 		}

@@ -185,16 +185,6 @@ type CheckpointSummary struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-var runIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
-
-// CheckRunID refuses ids that could name anything outside the runs folder.
-func CheckRunID(id string) error {
-	if !runIDPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("run id %q: use letters, digits, '.', '_' and '-' only", id)
-	}
-	return nil
-}
-
 func terminal(status string) bool { return status != "" && status != runrec.StatusRunning }
 
 // summarize merges what the store and the folder say. The store wins, except
@@ -255,7 +245,7 @@ func summarize(id string, r *Run, res *runrec.Result) RunSummary {
 // ShowRun reads a run from the store and from its folder under runsDir; it
 // is found if either knows it.
 func ShowRun(ctx context.Context, s Store, runsDir, id string) (RunView, error) {
-	if err := CheckRunID(id); err != nil {
+	if err := runrec.ValidRunID(id); err != nil {
 		return RunView{}, err
 	}
 	v := RunView{}
@@ -327,7 +317,7 @@ func ListRunSummaries(ctx context.Context, s Store, runsDir string, f RunFilter)
 	results := map[string]*runrec.Result{}
 	var folderOnly []string
 	for _, e := range entries {
-		if !e.IsDir() || CheckRunID(e.Name()) != nil {
+		if !e.IsDir() || runrec.ValidRunID(e.Name()) != nil {
 			continue
 		}
 		if res, err := runrec.Dir(filepath.Join(runsDir, e.Name())).ReadResult(); err == nil {
@@ -429,7 +419,7 @@ func Reconcile(ctx context.Context, s Store, runsDir string) ([]Repair, error) {
 	}
 	var out []Repair
 	for _, e := range entries {
-		if !e.IsDir() || CheckRunID(e.Name()) != nil {
+		if !e.IsDir() || runrec.ValidRunID(e.Name()) != nil {
 			continue
 		}
 		res, err := runrec.Dir(filepath.Join(runsDir, e.Name())).ReadResult()

@@ -18,8 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/testenv"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // The test binary re-executes itself as a child process for the
@@ -524,8 +524,8 @@ func TestRedactURL(t *testing.T) {
 
 func wantCode(t *testing.T, err error, code string) {
 	t.Helper()
-	var r *policy.Refusal
-	if !errors.As(err, &r) || r.Code != code || r.Fix == "" {
+	var r *refusal.Refusal
+	if !errors.As(err, &r) || string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("error %v is not refusal %s with a fix", err, code)
 	}
 }

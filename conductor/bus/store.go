@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // querier runs SQL written with "?" placeholders (the PostgreSQL backend
@@ -570,7 +570,7 @@ func (s *sqlStore) ResolveDecision(ctx context.Context, id, option, by string) (
 		return nil
 	})
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.Is(err, ErrNotFound) || errors.As(err, &rf) {
 			return Decision{}, err
 		}
@@ -635,7 +635,7 @@ func (s *sqlStore) PutLanding(ctx context.Context, l Landing) error {
 		return nil
 	})
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		if errors.Is(err, ErrNotFound) || errors.As(err, &rf) {
 			return err
 		}

@@ -3,6 +3,8 @@ package forge
 import (
 	"context"
 	"fmt"
+
+	"github.com/conductor-dev/conductor/patch"
 )
 
 // CloseIssueAfterLanding is the --close-issue act of `conductor land`, run
@@ -22,17 +24,10 @@ func CloseIssueAfterLanding(ctx context.Context, f Forge, issue int64, sha, targ
 	}
 	body := fmt.Sprintf("Landed as %s on `%s` by conductor.\n\nThe commit is local until `conductor push %s` publishes it.", sha, target, target)
 	if err := f.CommentIssue(ctx, issue, body); err != nil {
-		return fmt.Errorf("close issue #%d after landing %s: comment: %w", issue, short(sha), err)
+		return fmt.Errorf("close issue #%d after landing %s: comment: %w", issue, patch.Short(sha), err)
 	}
 	if err := f.CloseIssue(ctx, issue); err != nil {
-		return fmt.Errorf("close issue #%d after landing %s: commented, but close failed: %w", issue, short(sha), err)
+		return fmt.Errorf("close issue #%d after landing %s: commented, but close failed: %w", issue, patch.Short(sha), err)
 	}
 	return nil
-}
-
-func short(sha string) string {
-	if len(sha) > 12 {
-		return sha[:12]
-	}
-	return sha
 }

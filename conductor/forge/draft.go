@@ -95,193 +95,247 @@ type DraftResult struct {
 // is set, the server answers, the repository and the base branch exist on
 // the forge. Nothing is pushed when any of these fails.
 func OpenDraftPR(ctx context.Context, o DraftOptions) (DraftResult, error) {
-	var res DraftResult
-	getenv := o.Getenv
-	if getenv == nil {
-		getenv = os.Getenv
+	d := &draft{o: o, getenv: o.Getenv, log: o.Log}
+	if d.getenv == nil {
+		d.getenv = os.Getenv
 	}
-	log := o.Log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
 	}
-	var rec *runrec.Result
-	local := o.Repo
-	branch := o.Branch
-	if o.RunDir != "" {
-		r, err := runrec.Dir(o.RunDir).ReadResult()
-		if err != nil {
-			return res, fmt.Errorf("pr open: %w", err)
-		}
-		rec = &r
-		res.RunID = r.RunID
-		if r.TaskID == "" {
-			return res, fmt.Errorf("pr open: run %s: record has no task id", r.RunID)
-		}
-		if r.Repo == "" {
-			return res, fmt.Errorf("pr open: run %s: record names no repository", r.RunID)
-		}
-		local = patch.Git{GitDir: r.Repo}
-		if branch == "" {
-			branch = WorkBranch(r.TaskID)
-		}
+	if err := d.findHead(ctx); err != nil {
+		return d.res, fmt.Errorf("pr open: %w", err)
 	}
-	if local.GitDir == "" {
-		return res, fmt.Errorf("pr open: no local repository")
+	if err := d.connect(ctx); err != nil {
+		return d.res, fmt.Errorf("pr open: %w", err)
 	}
-	if branch == "" {
-		return res, fmt.Errorf("pr open: no branch given")
+	if err := d.checkForge(ctx); err != nil {
+		return d.res, fmt.Errorf("pr open: %w", err)
 	}
-	if err := checkBranchName(ctx, local, branch); err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
-	}
-	tip, err := local.Line(ctx, "rev-parse", "--verify", "--quiet", "refs/heads/"+branch+"^{commit}")
-	if err != nil || tip == "" {
-		if rec != nil {
-			return res, fmt.Errorf("pr open: run %s has no work branch: %s does not exist in %s (review and approve the run first: conductor review %s)",
-				rec.RunID, branch, local.GitDir, rec.RunID)
-		}
-		return res, fmt.Errorf("pr open: branch %q does not exist in %s", branch, local.GitDir)
-	}
-
-	s := o.Settings.WithDefaults(getenv)
-	connect := o.Connect
-	if connect == nil {
-		connect = func(ctx context.Context, s Settings, local patch.Git) (DraftForge, error) {
-			return Connect(ctx, s, local, getenv, log)
-		}
-	}
-	f, err := connect(ctx, s, local)
-	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
-	}
-	if gf, ok := f.(*Gitea); ok && gf.VersionWarning != nil {
-		res.Warnings = append(res.Warnings, fmt.Sprintf("forge version: %v (continuing with the oldest supported API)", gf.VersionWarning))
-	}
-	res.Repo = f.FullName()
-	repo, err := f.Repository(ctx)
-	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
-	}
-	if repo.Archived {
-		return res, fmt.Errorf("pr open: repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere (nothing pushed)", res.Repo, f.URL())
-	}
-	base := o.Base
-	if base == "" {
-		base = repo.DefaultBranch
-	}
-	if base == "" && !repo.Empty {
-		return res, fmt.Errorf("pr open: repository %s has no default branch: pass --base", res.Repo)
-	}
-	if base == branch {
-		return res, fmt.Errorf("pr open: head and base are the same branch %q", branch)
-	}
-	ok := false
-	if base != "" {
-		// A repository still marked empty answers a branch lookup with
-		// HTTP 500 (Gitea clears "empty" after a first push
-		// asynchronously): that is "not there yet", said below.
-		if ok, err = f.BranchExists(ctx, base); err != nil && !repo.Empty {
-			return res, fmt.Errorf("pr open: %w", err)
-		}
-	}
-	if !ok && repo.Empty {
-		return res, fmt.Errorf("pr open: repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", res.Repo, f.URL(), cmp.Or(base, "main"))
-	}
-	if !ok {
-		return res, fmt.Errorf("pr open: %w", notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", base, res.Repo))
-	}
-
-	if o.Issue > 0 {
-		ok, err := f.IssueExists(ctx, o.Issue)
-		if err != nil {
-			return res, fmt.Errorf("pr open: %w", err)
-		}
-		if !ok {
-			return res, fmt.Errorf("pr open: %w (nothing pushed)", issueNotFound(o.Issue, res.Repo, f.URL()))
-		}
-	}
-
-	// The token must be able to push: asked before pushing (a read-only
-	// token would otherwise fail at the push with a bare 403).
-	if !repo.CanPush {
-		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
-	}
-	if ok, err := f.CanWrite(ctx); err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
-	} else if !ok {
-		return res, fmt.Errorf("pr open: %w (nothing pushed)", forbidden(res.Repo, f.URL()))
-	}
-
 	if o.Lock != nil {
 		// The lease outlives a holder that died by at most a few forge
 		// deadlines (the push, the look-up and the create each have one).
-		unlock, err := o.Lock(ctx, "forge-pr "+f.URL()+" "+res.Repo+" "+branch, 5*s.Deadline())
+		unlock, err := o.Lock(ctx, "forge-pr "+d.f.URL()+" "+d.res.Repo+" "+d.branch, 5*d.s.Deadline())
 		if err != nil {
-			return res, fmt.Errorf("pr open: %w (nothing pushed)", err)
+			return d.res, fmt.Errorf("pr open: %w (nothing pushed)", err)
 		}
 		defer unlock()
 	}
-
-	push, err := f.Push(ctx, branch, PushOptions{Force: o.Force})
-	res.Push = push
-	if err != nil {
-		return res, fmt.Errorf("pr open: %w", err)
+	if err := d.push(ctx); err != nil {
+		return d.res, err
 	}
-
-	// The push went to the remote; the forge must now see the branch, or
-	// the remote is not this forge's repository.
-	// From here on the branch is on the remote: every error says so, so
-	// that nothing is left half-done unreported.
-	pushed := func(err error) error {
-		return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", branch, short(push.Commit), push.Remote, err)
-	}
-	if ok, err := f.BranchExists(ctx, branch); err != nil {
-		return res, pushed(err)
-	} else if !ok {
-		return res, fmt.Errorf("pr open: pushed %s to remote %q, but the forge repository %s does not have it: is the remote this forge's repository? (check the remote URL, --owner/--repo and --gitea-url)", branch, push.Remote, res.Repo)
-	}
-
-	if existing, err := f.FindPR(ctx, branch, base); err == nil {
-		res.PR = existing
-		return res, writePRRecord(o.RunDir, res)
+	if existing, err := d.f.FindPR(ctx, d.branch, d.base); err == nil {
+		d.res.PR = existing
+		return d.res, writePRRecord(o.RunDir, d.res)
 	} else if !errors.Is(err, ErrNotFound) {
-		return res, pushed(err)
+		return d.res, d.pushed(err)
 	}
+	if err := d.open(ctx); err != nil {
+		return d.res, d.pushed(err)
+	}
+	return d.res, writePRRecord(o.RunDir, d.res)
+}
 
-	title := o.Title
-	if title == "" {
-		title, _ = local.Line(ctx, "log", "-1", "--format=%s", tip)
-	}
-	if title == "" && rec != nil {
-		title = rec.TaskID
-	}
-	title = DraftTitle(s.WIPPrefix, title)
-	in := BodyInput{Record: rec, Repo: local, Branch: branch, Tip: tip, Base: base, Issue: o.Issue, Verdicts: o.Verdicts}
-	if o.Issue > 0 && repo.HTMLURL != "" {
-		in.IssueURL = fmt.Sprintf("%s/issues/%d", strings.TrimRight(repo.HTMLURL, "/"), o.Issue)
-	}
-	body := PRBody(ctx, in)
-	if o.Verdicts != nil {
-		switch v, ok := latestVerdict(ctx, o.Verdicts, branch); {
-		case !ok:
-			res.Warnings = append(res.Warnings, fmt.Sprintf("no review verdict recorded for %s: the pull request says so", branch))
-		case v.Verdict != bus.VerdictApprove:
-			res.Warnings = append(res.Warnings, fmt.Sprintf("the latest verdict for %s is %q, not approve: the pull request says so", branch, v.Verdict))
-		case v.Commit != tip:
-			res.Warnings = append(res.Warnings, fmt.Sprintf("%s moved past the approved commit %s (now %s)", branch, short(v.Commit), short(tip)))
+// draft is one OpenDraftPR, step by step.
+type draft struct {
+	o      DraftOptions
+	getenv func(string) string
+	log    *slog.Logger
+	res    DraftResult
+
+	rec    *runrec.Result // the run, when the draft is for one
+	local  patch.Git
+	branch string
+	tip    string // the local branch's commit
+
+	s    Settings
+	f    DraftForge
+	repo Repository
+	base string
+}
+
+// findHead resolves the local side: the run's record and repository (with
+// RunDir), the branch and its tip commit.
+func (d *draft) findHead(ctx context.Context) error {
+	d.local, d.branch = d.o.Repo, d.o.Branch
+	if d.o.RunDir != "" {
+		r, err := runrec.Dir(d.o.RunDir).ReadResult()
+		if err != nil {
+			return err
+		}
+		d.rec = &r
+		d.res.RunID = r.RunID
+		if r.TaskID == "" {
+			return fmt.Errorf("run %s: record has no task id", r.RunID)
+		}
+		if r.Repo == "" {
+			return fmt.Errorf("run %s: record names no repository", r.RunID)
+		}
+		d.local = patch.Git{GitDir: r.Repo}
+		if d.branch == "" {
+			d.branch = WorkBranch(r.TaskID)
 		}
 	}
-	pr, err := f.OpenPR(ctx, PROpts{Head: branch, Base: base, Title: title, Body: body})
+	if d.local.GitDir == "" {
+		return fmt.Errorf("no local repository")
+	}
+	if d.branch == "" {
+		return fmt.Errorf("no branch given")
+	}
+	if err := checkBranchName(ctx, d.local, d.branch); err != nil {
+		return err
+	}
+	tip, err := d.local.Line(ctx, "rev-parse", "--verify", "--quiet", "refs/heads/"+d.branch+"^{commit}")
+	if err != nil || tip == "" {
+		if d.rec != nil {
+			return fmt.Errorf("run %s has no work branch: %s does not exist in %s (review and approve the run first: conductor review %s)",
+				d.rec.RunID, d.branch, d.local.GitDir, d.rec.RunID)
+		}
+		return fmt.Errorf("branch %q does not exist in %s", d.branch, d.local.GitDir)
+	}
+	d.tip = tip
+	return nil
+}
+
+// connect reaches the forge and reads the repository.
+func (d *draft) connect(ctx context.Context) error {
+	d.s = d.o.Settings.WithDefaults(d.getenv)
+	connect := d.o.Connect
+	if connect == nil {
+		connect = func(ctx context.Context, s Settings, local patch.Git) (DraftForge, error) {
+			return Connect(ctx, s, local, d.getenv, d.log)
+		}
+	}
+	f, err := connect(ctx, d.s, d.local)
 	if err != nil {
-		return res, pushed(err)
+		return err
 	}
-	res.PR = pr
+	d.f = f
+	if gf, ok := f.(*Gitea); ok && gf.VersionWarning != nil {
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf("forge version: %v (continuing with the oldest supported API)", gf.VersionWarning))
+	}
+	d.res.Repo = f.FullName()
+	d.repo, err = f.Repository(ctx)
+	return err
+}
+
+// checkForge checks, before anything is pushed, that the forge can take
+// the pull request: the repository is live, the base branch exists, the
+// issue (when named) exists and the token may push.
+func (d *draft) checkForge(ctx context.Context) error {
+	f, repo := d.f, d.repo
+	if repo.Archived {
+		return fmt.Errorf("repository %s on %s is archived: unarchive it, or point --owner/--repo elsewhere (nothing pushed)", d.res.Repo, f.URL())
+	}
+	d.base = cmp.Or(d.o.Base, repo.DefaultBranch)
+	if d.base == "" && !repo.Empty {
+		return fmt.Errorf("repository %s has no default branch: pass --base", d.res.Repo)
+	}
+	if d.base == d.branch {
+		return fmt.Errorf("head and base are the same branch %q", d.branch)
+	}
+	ok := false
+	if d.base != "" {
+		// A repository still marked empty answers a branch lookup with
+		// HTTP 500 (Gitea clears "empty" after a first push
+		// asynchronously): that is "not there yet", said below.
+		var err error
+		if ok, err = f.BranchExists(ctx, d.base); err != nil && !repo.Empty {
+			return err
+		}
+	}
+	if !ok && repo.Empty {
+		return fmt.Errorf("repository %s on %s is empty: push the base branch first (conductor push %s), or, just after a first push, retry in a moment (nothing pushed)", d.res.Repo, f.URL(), cmp.Or(d.base, "main"))
+	}
+	if !ok {
+		return notFoundf("base branch %q does not exist on the forge repository %s (nothing pushed)", d.base, d.res.Repo)
+	}
+	if d.o.Issue > 0 {
+		ok, err := f.IssueExists(ctx, d.o.Issue)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w (nothing pushed)", issueNotFound(d.o.Issue, d.res.Repo, f.URL()))
+		}
+	}
+	// The token must be able to push: asked before pushing (a read-only
+	// token would otherwise fail at the push with a bare 403).
+	if !repo.CanPush {
+		return fmt.Errorf("%w (nothing pushed)", forbidden(d.res.Repo, f.URL()))
+	}
+	if ok, err := f.CanWrite(ctx); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%w (nothing pushed)", forbidden(d.res.Repo, f.URL()))
+	}
+	return nil
+}
+
+// push pushes the branch and checks the forge now sees it (else the
+// remote is not this forge's repository).
+func (d *draft) push(ctx context.Context) error {
+	push, err := d.f.Push(ctx, d.branch, PushOptions{Force: d.o.Force})
+	d.res.Push = push
+	if err != nil {
+		return fmt.Errorf("pr open: %w", err)
+	}
+	if ok, err := d.f.BranchExists(ctx, d.branch); err != nil {
+		return d.pushed(err)
+	} else if !ok {
+		return fmt.Errorf("pr open: pushed %s to remote %q, but the forge repository %s does not have it: is the remote this forge's repository? (check the remote URL, --owner/--repo and --gitea-url)", d.branch, push.Remote, d.res.Repo)
+	}
+	return nil
+}
+
+// pushed wraps an error after the push: the branch is on the remote, and
+// every error says so, so that nothing is left half-done unreported.
+func (d *draft) pushed(err error) error {
+	return fmt.Errorf("pr open: pushed %s (%s) to %s, but no pull request was opened: %w (run pr open again)", d.branch, patch.Short(d.res.Push.Commit), d.res.Push.Remote, err)
+}
+
+// open writes the title and the body (with what the review store says)
+// and opens the draft pull request.
+func (d *draft) open(ctx context.Context) error {
+	title := d.o.Title
+	if title == "" {
+		title, _ = d.local.Line(ctx, "log", "-1", "--format=%s", d.tip)
+	}
+	if title == "" && d.rec != nil {
+		title = d.rec.TaskID
+	}
+	title = DraftTitle(d.s.WIPPrefix, title)
+	in := BodyInput{Record: d.rec, Repo: d.local, Branch: d.branch, Tip: d.tip, Base: d.base, Issue: d.o.Issue, Verdicts: d.o.Verdicts}
+	if d.o.Issue > 0 && d.repo.HTMLURL != "" {
+		in.IssueURL = fmt.Sprintf("%s/issues/%d", strings.TrimRight(d.repo.HTMLURL, "/"), d.o.Issue)
+	}
+	body := PRBody(ctx, in)
+	d.warnVerdict(ctx)
+	pr, err := d.f.OpenPR(ctx, PROpts{Head: d.branch, Base: d.base, Title: title, Body: body})
+	if err != nil {
+		return err
+	}
+	d.res.PR = pr
 	if !pr.Existing && !pr.Draft {
-		res.Warnings = append(res.Warnings, fmt.Sprintf(
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf(
 			"the forge did not mark pull request #%d as a draft (title prefix %q): is %q among the server's WORK_IN_PROGRESS_PREFIXES? (set forge.wipPrefix or --wip-prefix)",
-			pr.Number, s.WIPPrefix, s.WIPPrefix))
+			pr.Number, d.s.WIPPrefix, d.s.WIPPrefix))
 	}
-	return res, writePRRecord(o.RunDir, res)
+	return nil
+}
+
+// warnVerdict warns when the branch is not the approved commit.
+func (d *draft) warnVerdict(ctx context.Context) {
+	if d.o.Verdicts == nil {
+		return
+	}
+	switch v, ok := latestVerdict(ctx, d.o.Verdicts, d.branch); {
+	case !ok:
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf("no review verdict recorded for %s: the pull request says so", d.branch))
+	case v.Verdict != bus.VerdictApprove:
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf("the latest verdict for %s is %q, not approve: the pull request says so", d.branch, v.Verdict))
+	case v.Commit != d.tip:
+		d.res.Warnings = append(d.res.Warnings, fmt.Sprintf("%s moved past the approved commit %s (now %s)", d.branch, patch.Short(v.Commit), patch.Short(d.tip)))
+	}
 }
 
 // DraftTitle prefixes title with the WIP prefix unless it already has it.

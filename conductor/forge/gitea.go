@@ -283,6 +283,18 @@ func (g *Gitea) IssueExists(ctx context.Context, n int64) (bool, error) {
 	return true, nil
 }
 
+// IssueClosed reports whether issue n is closed.
+func (g *Gitea) IssueClosed(ctx context.Context, n int64) (bool, error) {
+	is, resp, err := g.client.GetIssue(g.owner, g.repo, n)
+	if err != nil {
+		if resp != nil && resp.StatusCode == 404 {
+			return false, issueNotFound(n, g.FullName(), g.url)
+		}
+		return false, g.apiErr(fmt.Sprintf("get issue #%d of %s", n, g.FullName()), resp, err)
+	}
+	return is.State == gitea.StateClosed, nil
+}
+
 // hasBranch reports whether the branch exists (false on any error).
 func (g *Gitea) hasBranch(ctx context.Context, b string) bool {
 	if b == "" {

@@ -3,7 +3,7 @@ package forge
 import (
 	"errors"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Refusal codes of the forge (docs/refusals.md lists them). A refusal
@@ -19,10 +19,10 @@ const (
 	CodeForgeForbidden = "forge-forbidden"
 )
 
-// refusalError is a policy.Refusal (exit status 3 in the CLI) that still
+// refusalError is a refusal.Refusal (exit status 3 in the CLI) that still
 // matches the forge's sentinels (ErrNotFound, ErrForbidden).
 type refusalError struct {
-	refusal  *policy.Refusal
+	refusal  *refusal.Refusal
 	sentinel error
 }
 
@@ -35,7 +35,7 @@ var ErrForbidden = errors.New("forbidden")
 
 func issueNotFound(n int64, repo, url string) error {
 	return &refusalError{
-		refusal: policy.Refusef(CodeIssueNotFound,
+		refusal: refusal.Newf(CodeIssueNotFound,
 			"check the issue number, or that the repository (--owner/--repo, the remote) is the one the issue is in",
 			"issue #%d does not exist in the forge repository %s on %s", n, repo, url),
 		sentinel: ErrNotFound,
@@ -44,7 +44,7 @@ func issueNotFound(n int64, repo, url string) error {
 
 func forbidden(repo, url string) error {
 	return &refusalError{
-		refusal: policy.Refusef(CodeForgeForbidden,
+		refusal: refusal.Newf(CodeForgeForbidden,
 			"give the token write access: a token with the write:repository scope (or \"all\") of a user who may push to the repository; `conductor doctor` checks it",
 			"the token cannot push to %s (on %s)", repo, url),
 		sentinel: ErrForbidden,

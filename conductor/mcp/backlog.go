@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -110,7 +110,7 @@ func findTask(dir, id string) (backlogTask, error) {
 			return t, nil
 		}
 	}
-	return backlogTask{}, policy.Refusef(CodeTaskNotFound,
+	return backlogTask{}, refusal.Newf(CodeTaskNotFound,
 		"list_tasks shows the backlog; a task is a task file in "+filepath.Clean(dir),
 		"no task %q in the backlog", id)
 }

@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // HTTPOptions configures streamable HTTP.
@@ -40,7 +39,7 @@ func CheckListen(addr, token string) error {
 	if loopback(host) || token != "" {
 		return nil
 	}
-	return policy.Refusef(CodeListenNeedsToken,
+	return refusal.Newf(CodeListenNeedsToken,
 		"bind 127.0.0.1 (or ::1), or set a bearer token with --token / CONDUCTOR_MCP_TOKEN",
 		"--listen %s is not a loopback address and no token is set", addr)
 }

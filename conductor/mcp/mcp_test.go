@@ -20,9 +20,9 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/bus/bustest"
 	"github.com/conductor-dev/conductor/conductor/mcp"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/testenv"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // helloPatch adds hello.txt ("hello\n"); git patch-id --stable --verbatim
@@ -671,13 +671,13 @@ func TestCheckListen(t *testing.T) {
 	} {
 		t.Run(tc.addr+"/"+tc.token, func(t *testing.T) {
 			err := mcp.CheckListen(tc.addr, tc.token)
-			var r *policy.Refusal
+			var r *refusal.Refusal
 			switch {
 			case tc.code == "" && err != nil:
 				t.Fatalf("refused: %v", err)
 			case tc.code == "usage" && (err == nil || errorsAs(err, &r)):
 				t.Fatalf("malformed address: %v", err)
-			case tc.code != "" && tc.code != "usage" && (!errorsAs(err, &r) || r.Code != tc.code):
+			case tc.code != "" && tc.code != "usage" && (!errorsAs(err, &r) || string(r.Code) != tc.code):
 				t.Fatalf("error %v, want refusal %s", err, tc.code)
 			}
 		})

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Refusal codes of conductor mcp (besides the store's); docs/refusals.md
@@ -20,7 +20,7 @@ const (
 type toolError struct{ err error }
 
 func (e *toolError) Error() string {
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(e.err, &r) {
 		s := fmt.Sprintf("refused (%s): %s", r.Code, r.Reason)
 		if r.Fix != "" {

@@ -9,7 +9,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
@@ -43,7 +42,7 @@ func (s *Server) readRunFile(_ context.Context, req *sdk.ReadResourceRequest) (*
 		return nil, sdk.ResourceNotFoundError(uri)
 	}
 	runID, what, ok := strings.Cut(rest, "/")
-	if !ok || bus.CheckRunID(runID) != nil {
+	if !ok || runrec.ValidRunID(runID) != nil {
 		return nil, sdk.ResourceNotFoundError(uri)
 	}
 	var name, mime string

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"encoding/base32"
@@ -15,9 +16,9 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -239,7 +240,7 @@ func (s *Server) claimTask(ctx context.Context, _ *sdk.CallToolRequest, in claim
 	runID := "r-mcp-" + randomID(8)
 	res, err := s.agents.ClaimLease(ctx, bus.LeaseRequest{
 		TaskID: t.Task.ID, Holder: agent, Token: token, TTL: ttl,
-		Run: bus.Run{ID: runID, Session: firstOf(t.Task.Session, agent), Role: t.Task.Role, ModelAlias: t.Task.Model},
+		Run: bus.Run{ID: runID, Session: cmp.Or(t.Task.Session, agent), Role: t.Task.Role, ModelAlias: t.Task.Model},
 	})
 	if err != nil {
 		return nil, claimOut{}, explain(err)
@@ -249,7 +250,7 @@ func (s *Server) claimTask(ctx context.Context, _ *sdk.CallToolRequest, in claim
 		dir := s.runDir(res.Lease.RunID)
 		if err := runrec.WriteFileAtomic(dir.Path(runrec.TaskFile), t.Body, 0o644); err != nil {
 			s.o.Log.Warn("run folder not written; the store is the record", "run", res.Lease.RunID, "err", err)
-		} else if err := dir.WriteResult(runrec.Result{RunID: res.Lease.RunID, TaskID: t.Task.ID, Session: firstOf(t.Task.Session, agent),
+		} else if err := dir.WriteResult(runrec.Result{RunID: res.Lease.RunID, TaskID: t.Task.ID, Session: cmp.Or(t.Task.Session, agent),
 			Role: t.Task.Role, Workspace: t.Task.Workspace, Status: runrec.StatusRunning, ModelAlias: t.Task.Model,
 			StartedAt: res.Lease.ClaimedAt, FilesChanged: []string{}}); err != nil {
 			s.o.Log.Warn("run receipt not written; the store is the record", "run", res.Lease.RunID, "err", err)
@@ -434,7 +435,7 @@ func (s *Server) addNote(ctx context.Context, _ *sdk.CallToolRequest, in addNote
 		return nil, bus.Note{}, explain(err)
 	}
 	if run.Status != runrec.StatusRunning {
-		return nil, bus.Note{}, explain(policy.Refusef(CodeRunNotRunning, "notes go to running sessions; dispatch a follow-up on the same session instead",
+		return nil, bus.Note{}, explain(refusal.Newf(CodeRunNotRunning, "notes go to running sessions; dispatch a follow-up on the same session instead",
 			"run %s is %s: a note would never be delivered", in.RunID, run.Status))
 	}
 	n, err := s.o.Store.AddNote(ctx, bus.Note{RunID: in.RunID, Text: strings.TrimSpace(in.Text), CreatedAt: s.o.Now()})
@@ -447,7 +448,7 @@ func (s *Server) addNote(ctx context.Context, _ *sdk.CallToolRequest, in addNote
 }
 
 func (s *Server) raiseDecision(ctx context.Context, _ *sdk.CallToolRequest, in raiseIn) (*sdk.CallToolResult, bus.Decision, error) {
-	kind := firstOf(in.Kind, bus.KindMergeProtected)
+	kind := cmp.Or(in.Kind, bus.KindMergeProtected)
 	d, err := bus.Raise(ctx, s.o.Store, bus.RaiseRequest{
 		Kind: kind, WorkRef: in.WorkRef, Commit: in.Commit, Target: in.Target, RepoDir: in.Repo,
 		RunID: in.RunID, Issue: in.Issue, By: strings.TrimSpace(in.RaisedBy), Options: in.Options,
@@ -493,13 +494,4 @@ func (s *Server) event(ctx context.Context, e bus.Event) {
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
 	return b
-}
-
-func firstOf(vs ...string) string {
-	for _, v := range vs {
-		if strings.TrimSpace(v) != "" {
-			return v
-		}
-	}
-	return ""
 }

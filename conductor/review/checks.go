@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -27,8 +28,8 @@ type checker struct {
 	changes    []policy.Change
 	scratchDir string
 	getenv     func(string) string
-	sb         sandbox.Sandbox   // every check and gate command runs in it
-	refusals   []*policy.Refusal // every coded refusal of the checks, in order
+	sb         sandbox.Sandbox    // every check and gate command runs in it
+	refusals   []*refusal.Refusal // every coded refusal of the checks, in order
 
 	export    string // the scratch export of the commit's tree, made on first use
 	exportErr error
@@ -77,7 +78,7 @@ func (c *checker) paths() Check {
 // hazards refuses every worktree hazard the host found (a nested
 // repository, a special file, an unsafe name), with the hazard's code.
 func (c *checker) hazards(hs []runrec.Hazard) Check {
-	var refusals []*policy.Refusal
+	var refusals []*refusal.Refusal
 	for _, h := range hs {
 		what := h.Path
 		if h.Detail != "" {
@@ -86,19 +87,19 @@ func (c *checker) hazards(hs []runrec.Hazard) Check {
 		what = escapeText(what)
 		switch h.Code {
 		case runrec.HazardNestedRepo:
-			refusals = append(refusals, policy.Refusef("nested-repository",
+			refusals = append(refusals, refusal.Newf("nested-repository",
 				"remove the .git file or folder from the worktree (a worker never makes a repository; vendor code as plain files)",
 				"%s: the worktree holds a nested repository", what))
 		case runrec.HazardSpecialFile:
-			refusals = append(refusals, policy.Refusef("special-file",
+			refusals = append(refusals, refusal.Newf("special-file",
 				"remove the FIFO, socket or device file; a change holds regular files, symlinks and folders only",
 				"%s: the worktree holds a special file", what))
 		case runrec.HazardUnsafeName:
-			refusals = append(refusals, policy.Refusef("unsafe-path-name",
+			refusals = append(refusals, refusal.Newf("unsafe-path-name",
 				"rename the file to a name of printable UTF-8 characters",
 				"%s: the name has control characters or invalid UTF-8", what))
 		default:
-			refusals = append(refusals, policy.Refusef("special-file",
+			refusals = append(refusals, refusal.Newf("special-file",
 				"remove what the host refused from the worktree",
 				"%s: the host found an unknown hazard %s", what, escapeText(h.Code)))
 		}
@@ -121,7 +122,7 @@ func escapeText(s string) string {
 // however the worker made the change (a write tool or a command).
 func (c *checker) writes(role *policy.Role, roleErr error) Check {
 	if roleErr != nil {
-		return c.refusalCheck("writes", []*policy.Refusal{policy.Refusef("role-write-denied",
+		return c.refusalCheck("writes", []*refusal.Refusal{refusal.Newf("role-write-denied",
 			"review the run with the roles it ran with (--roles DIR)", "the run's role cannot be checked: %v", roleErr)}, "", "")
 	}
 	refusals := role.CheckChangeWrites(c.changes)
@@ -131,7 +132,7 @@ func (c *checker) writes(role *policy.Role, roleErr error) Check {
 
 // refusalCheck turns refusals into a check (pass when there are none) and
 // keeps them for the review's outcome.
-func (c *checker) refusalCheck(name string, refusals []*policy.Refusal, pass, fail string) Check {
+func (c *checker) refusalCheck(name string, refusals []*refusal.Refusal, pass, fail string) Check {
 	if len(refusals) == 0 {
 		return Check{Name: name, Status: StatusPass, Summary: pass}
 	}
@@ -140,7 +141,7 @@ func (c *checker) refusalCheck(name string, refusals []*policy.Refusal, pass, fa
 	}
 	ck := Check{Name: name, Status: StatusFail, Summary: fail}
 	for _, r := range refusals {
-		ck.Findings = append(ck.Findings, r.Code+": "+r.Reason)
+		ck.Findings = append(ck.Findings, string(r.Code)+": "+r.Reason)
 	}
 	c.refusals = append(c.refusals, refusals...)
 	return ck

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 // The conductor's identity on work commits.
@@ -89,7 +89,7 @@ func applyToBase(ctx context.Context, g patch.Git, base string, diff []byte) (st
 		return "", fmt.Errorf("read the base tree: %w", err)
 	}
 	if _, err := ig.RunInput(ctx, bytes.NewReader(diff), "apply", "--cached", "--binary", "--whitespace=nowarn", "-p1", "-"); err != nil {
-		return "", fmt.Errorf("the run's patch does not apply to its base %s: %w", short(base), err)
+		return "", fmt.Errorf("the run's patch does not apply to its base %s: %w", patch.Short(base), err)
 	}
 	tree, err := ig.Line(ctx, "write-tree")
 	if err != nil {
@@ -132,7 +132,7 @@ type commitInfo struct {
 func readCommit(ctx context.Context, g patch.Git, id string) (commitInfo, error) {
 	out, err := g.Run(ctx, "cat-file", "commit", id)
 	if err != nil {
-		return commitInfo{}, fmt.Errorf("read commit %s: %w", short(id), err)
+		return commitInfo{}, fmt.Errorf("read commit %s: %w", patch.Short(id), err)
 	}
 	ci := commitInfo{trailers: map[string]string{}}
 	header, body, _ := bytes.Cut(out, []byte("\n\n"))
@@ -173,7 +173,7 @@ func (wc workCommit) publish(ctx context.Context, g patch.Git) error {
 			wt = p
 		}
 		if line == "branch "+wc.ref {
-			return policy.Refusef("work-branch-checked-out", "switch that worktree to another branch (or detach it), then review again",
+			return refusal.Newf("work-branch-checked-out", "switch that worktree to another branch (or detach it), then review again",
 				"the work branch %s is checked out in %s", strings.TrimPrefix(wc.ref, "refs/heads/"), wt)
 		}
 	}
@@ -181,7 +181,7 @@ func (wc workCommit) publish(ctx context.Context, g patch.Git) error {
 		var ge *patch.GitError
 		if errors.As(err, &ge) {
 			return fmt.Errorf("move %s from %s to %s (did it move during the review? review again): %w",
-				wc.ref, short(wc.oldTip), short(wc.commit), err)
+				wc.ref, patch.Short(wc.oldTip), patch.Short(wc.commit), err)
 		}
 		return err
 	}

@@ -50,7 +50,7 @@ func exportTree(ctx context.Context, g patch.Git, commit, scratchDir string) (st
 
 	out, err := g.Run(ctx, "ls-tree", "-r", "-z", "--full-tree", commit)
 	if err != nil {
-		return fail(fmt.Errorf("list %s: %w", short(commit), err))
+		return fail(fmt.Errorf("list %s: %w", patch.Short(commit), err))
 	}
 	type entry struct{ mode, oid, name string }
 	var blobs []entry

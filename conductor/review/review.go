@@ -5,14 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -44,9 +43,7 @@ type Options struct {
 	// (default os.Getenv).
 	Getenv func(string) string
 
-	Now  func() time.Time
-	Out  io.Writer // the report
-	JSON bool      // print the report as one JSON object
+	Now func() time.Time
 }
 
 // Check statuses.
@@ -110,7 +107,15 @@ type Report struct {
 	Findings   []string      `json:"findings,omitempty"`
 	Verdict    *bus.Verdict  `json:"verdict,omitempty"`
 	Decision   *bus.Decision `json:"decision,omitempty"`
+
+	complete bool // the review ran to its verdict (see Complete)
 }
+
+// Complete reports whether the review ran to its verdict: every check and
+// the gate ran (or was skipped for a breach) and the outcome was decided.
+// A complete report is worth showing even when Run returns a refusal; an
+// incomplete one (the review could not be done) is not.
+func (r Report) Complete() bool { return r.complete }
 
 // FollowUp is the refinement message for a re-dispatch: the reviewer's text
 // and every finding of the checks and the gate.
@@ -130,28 +135,26 @@ func (r Report) FollowUp(text string) string {
 	return b.String()
 }
 
-var taskIDRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-
-// WorkRef returns the work branch of a task: refs/heads/work/<task-id>.
+// WorkRef returns the work branch of a task: refs/heads/work/<task-id>. On
+// top of the name rule (runrec.ValidName) git refuses a component ending in
+// ".lock" or ".".
 func WorkRef(taskID string) (string, error) {
-	if !taskIDRE.MatchString(taskID) || strings.Contains(taskID, "..") || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
-		return "", fmt.Errorf("task id %q cannot name a work branch (want letters, digits, '.', '_', '-')", taskID)
+	if !runrec.ValidName(taskID) || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
+		return "", fmt.Errorf("task id %q cannot name a work branch (want %s; not ending in '.' or '.lock')", taskID, runrec.NameRule)
 	}
 	return "refs/heads/work/" + taskID, nil
 }
 
-// Run reviews one run. It returns the report; the error is a *policy.Refusal
-// when the review is not clean (report only, or an approval refused), and
-// any other error when the review could not be done.
+// Run reviews one run. It returns the report and prints nothing (the caller
+// renders it); the error is a *refusal.Refusal when the review is not clean
+// (report only, or an approval refused), and any other error when the
+// review could not be done. Report.Complete tells the two apart.
 func Run(ctx context.Context, opts Options) (Report, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Getenv == nil {
 		opts.Getenv = os.Getenv
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
 	}
 	if opts.Reviewer == "" {
 		opts.Reviewer = "conductor"
@@ -172,7 +175,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		defer func() { _ = sandbox.Close(sb) }() // made here: ours to release
 	}
 	if err != nil {
-		return rep, policy.Refusef("sandbox-unavailable",
+		return rep, refusal.Newf("sandbox-unavailable",
 			"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
 			"review runs worker-written code in its gate and no sandbox works here: %v", err)
 	}
@@ -207,12 +210,12 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 	// The binding patch-id of the commit, from the run's base.
 	var canon bytes.Buffer
 	if rep.PatchID, err = patch.DiffTrees(ctx, g, rep.Base, rep.Commit, &canon); err != nil {
-		return rep, fmt.Errorf("review %s: diff %s..%s: %w", res.RunID, short(rep.Base), short(rep.Commit), err)
+		return rep, fmt.Errorf("review %s: diff %s..%s: %w", res.RunID, patch.Short(rep.Base), patch.Short(rep.Commit), err)
 	}
 	if rep.PatchID != res.PatchID {
 		return rep, fmt.Errorf("review %s: the work commit %s has patch-id %s but the run recorded %s: "+
 			"the run's patch.diff and its record disagree (a bug, or the record was edited)",
-			res.RunID, short(rep.Commit), rep.PatchID, res.PatchID)
+			res.RunID, patch.Short(rep.Commit), rep.PatchID, res.PatchID)
 	}
 	changes, err := policy.ParseChanges(bytes.NewReader(canon.Bytes()))
 	if err != nil {
@@ -240,7 +243,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		rep.Checks = append(rep.Checks, ck.syntax())
 		rep.Gate = append(rep.Gate, ck.gate()...)
 	} else {
-		notRun := "not run: the run is refused (" + breach.Code + ")"
+		notRun := "not run: the run is refused (" + string(breach.Code) + ")"
 		rep.Checks = append(rep.Checks, Check{Name: "syntax", Status: StatusSkip, Summary: notRun})
 		if len(landing.Gate()) > 0 {
 			rep.GateNotRun = notRun
@@ -271,10 +274,10 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		if opts.Approve {
 			verb = "approval refused"
 		}
-		outcome = &policy.Refusal{Code: breach.Code, Fix: breach.Fix,
+		outcome = &refusal.Refusal{Code: breach.Code, Fix: breach.Fix,
 			Reason: fmt.Sprintf("%s: %s (%s)", verb, breach.Reason, failedSummary(rep))}
 	case opts.Approve && !rep.Clean:
-		outcome = policy.Refusef("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
+		outcome = refusal.Newf("review-failed", "fix the findings (or re-dispatch with --request-changes TEXT --redispatch), then review again",
 			"approval refused: %s", failedSummary(rep))
 	case opts.Approve, opts.RequestChanges != "":
 		verdict, findings := bus.VerdictApprove, []string(nil)
@@ -302,15 +305,13 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 			rep.Decision = &d
 		}
 	case !rep.Clean:
-		outcome = policy.Refusef("review-failed", "fix the findings, or record them with --request-changes TEXT [--redispatch]",
+		outcome = refusal.Newf("review-failed", "fix the findings, or record them with --request-changes TEXT [--redispatch]",
 			"review found problems: %s", failedSummary(rep))
 	}
 	if err := writeRecord(opts.RunDir, rep); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
-	if err := printReport(opts.Out, rep, opts.JSON); err != nil {
-		return rep, err
-	}
+	rep.complete = true
 	return rep, outcome
 }
 
@@ -332,8 +333,8 @@ func readRun(dir runrec.Dir) (runrec.Result, []byte, error) {
 	if len(missing) > 0 {
 		return res, nil, fmt.Errorf("review: run record %s: %s lacks %s", dir, runrec.ResultFile, strings.Join(missing, ", "))
 	}
-	if !taskIDRE.MatchString(res.RunID) || strings.Contains(res.RunID, "..") {
-		return res, nil, fmt.Errorf("review: run record %s: run id %q: letters, digits, '.', '_', '-' only", dir, res.RunID)
+	if err := runrec.ValidRunID(res.RunID); err != nil {
+		return res, nil, fmt.Errorf("review: run record %s: %w", dir, err)
 	}
 	if res.Status == runrec.StatusRunning {
 		return res, nil, fmt.Errorf("review %s: the run is still running; review it when it has finished", res.RunID)
@@ -370,10 +371,10 @@ func roleName(res runrec.Result) string {
 
 // breachCodes are the refusals that make a run unapprovable whatever else
 // it holds: the worker reached past its contract.
-var breachCodes = []string{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
-	"role-write-denied", "policy-change"}
+var breachCodes = []refusal.Code{runrec.HazardNestedRepo, runrec.HazardSpecialFile, runrec.HazardUnsafeName,
+	refusal.RoleWriteDenied, refusal.PolicyChange}
 
-func firstBreach(rs []*policy.Refusal) *policy.Refusal {
+func firstBreach(rs []*refusal.Refusal) *refusal.Refusal {
 	for _, code := range breachCodes {
 		for _, r := range rs {
 			if r.Code == code {
@@ -400,13 +401,6 @@ func resolveCommit(ctx context.Context, g patch.Git, rev string) (string, error)
 		return "", fmt.Errorf("%q is not a commit in %s", rev, g.GitDir)
 	}
 	return id, nil
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 func checkRunStatus(res runrec.Result) Check {
@@ -446,3 +440,7 @@ func gateFinding(g GateResult) string {
 	}
 	return f
 }
+
+// Tail returns the last n lines of the command's output tail ("…" first
+// when lines were cut).
+func (g GateResult) Tail(n int) string { return lastLines(g.OutputTail, n) }

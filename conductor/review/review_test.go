@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
@@ -129,13 +131,13 @@ const passGate = `{"landing":{"gate":[{"name":"check","argv":["sh","-c","test -f
 
 func (e *env) opts(dir runrec.Dir, pol *policy.Policy) review.Options {
 	return review.Options{Store: e.store, Policy: pol, RunDir: dir, Reviewer: "alice", Now: fixedNow,
-		ScratchDir: e.scratch, Out: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+		ScratchDir: e.scratch, Getenv: func(string) string { return "" }}
 }
 
 func refusalCode(err error) string {
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if errors.As(err, &r) {
-		return r.Code
+		return string(r.Code)
 	}
 	return ""
 }
@@ -173,7 +175,7 @@ func TestApproveHappyPath(t *testing.T) {
 	o.Approve, o.Raise = true, "main"
 	rep, err := review.Run(context.Background(), o)
 	if err != nil {
-		t.Fatalf("review: %v\n%s", err, o.Out)
+		t.Fatalf("review: %v", err)
 	}
 	if !rep.Clean || rep.PatchID != res.PatchID || rep.Parent != e.base || rep.WorkRef != "refs/heads/work/t-demo" {
 		t.Fatalf("report %+v", rep)
@@ -226,11 +228,25 @@ func TestApproveHappyPath(t *testing.T) {
 		t.Errorf("no review record: %v", err)
 	}
 	e.scratchEmpty()
-	out := o.Out.(*bytes.Buffer).String()
-	for _, want := range []string{"diffstat:", "M pkg/a.go", "A pkg/b.go", "PASS  paths", "PASS  gate    check", "verdict: approve"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("report lacks %q:\n%s", want, out)
-		}
+	// The report holds what cmd renders (Run itself prints nothing).
+	var files, checks, gate []string
+	for _, f := range rep.Files {
+		files = append(files, f.Status+" "+f.Path)
+	}
+	for _, c := range rep.Checks {
+		checks = append(checks, c.Status+" "+c.Name)
+	}
+	for _, g := range rep.Gate {
+		gate = append(gate, g.Status+" "+g.Name)
+	}
+	if got, want := strings.Join(files, ","), "M pkg/a.go,A pkg/b.go"; got != want {
+		t.Errorf("files %q, want %q", got, want)
+	}
+	if !slices.Contains(checks, "pass paths") || strings.Join(gate, ",") != "pass check" {
+		t.Errorf("checks %q, gate %q", checks, gate)
+	}
+	if !rep.Complete() || rep.Verdict == nil || rep.Verdict.Verdict != bus.VerdictApprove {
+		t.Errorf("complete %v, verdict %+v", rep.Complete(), rep.Verdict)
 	}
 
 	// Reviewing the same run again reuses the commit.
@@ -256,8 +272,8 @@ func TestReportOnlyChangesNothing(t *testing.T) {
 		t.Error("report-only review moved the work branch")
 	}
 	e.noVerdict(rep.WorkRef)
-	if !strings.Contains(o.Out.(*bytes.Buffer).String(), "result: clean") {
-		t.Errorf("report:\n%s", o.Out)
+	if !rep.Complete() || rep.Verdict != nil || rep.Decision != nil {
+		t.Errorf("report-only review: complete %v, verdict %+v, decision %+v", rep.Complete(), rep.Verdict, rep.Decision)
 	}
 }
 
@@ -335,7 +351,7 @@ func TestFindings(t *testing.T) {
 				o.Approve = approve
 				rep, err := review.Run(context.Background(), o)
 				if refusalCode(err) != "review-failed" {
-					t.Fatalf("approve=%v: want refusal review-failed, got %v\n%s", approve, err, o.Out)
+					t.Fatalf("approve=%v: want refusal review-failed, got %v", approve, err)
 				}
 				failed := false
 				for _, c := range rep.Checks {
@@ -398,7 +414,7 @@ func TestRequestChangesAndRefinementRound(t *testing.T) {
 	o2.Approve = true
 	rep2, err := review.Run(context.Background(), o2)
 	if err != nil {
-		t.Fatalf("round two: %v\n%s", err, o2.Out)
+		t.Fatalf("round two: %v", err)
 	}
 	if rep2.Parent != rep1.Commit {
 		t.Errorf("round two parent %s, want the first round's commit %s", rep2.Parent, rep1.Commit)
@@ -637,7 +653,7 @@ func TestHostileAttributesRunNothing(t *testing.T) {
 	o.Approve = true
 	rep, err := review.Run(context.Background(), o)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, o.Out)
+		t.Fatalf("%v", err)
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a filter, driver, fsmonitor or hook configured by the repository ran during review")

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -128,8 +129,18 @@ func (d Dir) WriteResult(r Result) error {
 }
 
 // WriteFileAtomic writes data to a temp file beside path, fsyncs it, renames
-// it over path and fsyncs the folder.
+// it over path and fsyncs the folder: the one atomic write of the tree
+// (ReplaceFile is its variant for a file rewritten after every step).
 func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return WriteAtomic(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomic is WriteFileAtomic for content written by write (a diff
+// streamed from git). When write fails, path is left as it was.
+func WriteAtomic(path string, perm os.FileMode, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -140,7 +151,7 @@ func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}

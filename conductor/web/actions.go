@@ -9,8 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
-	"github.com/conductor-dev/conductor/policy"
 )
 
 const (
@@ -82,7 +82,7 @@ func (s *Server) addNote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.PathValue("id")
-	if err := bus.CheckRunID(id); err != nil {
+	if err := runrec.ValidRunID(id); err != nil {
 		s.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
@@ -133,7 +133,7 @@ func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := s.o.Store.ResolveDecision(r.Context(), id, option, who.operator)
 	if err != nil {
-		var rf *policy.Refusal
+		var rf *refusal.Refusal
 		switch {
 		case errors.Is(err, bus.ErrNotFound):
 			s.fail(w, r, http.StatusNotFound, fmt.Sprintf("refused: there is no decision %s", id))

@@ -192,7 +192,7 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("scripted run: %s (%s)", done.Status, done.Error)
 	}
 	rep, err := review.Run(ctx, review.Options{Store: e.store, Policy: e.pol, RunDir: runrec.Dir(e.cfg.RunDir(done.RunID)),
-		Approve: true, Raise: "main", Reviewer: "conductor-review", Sandbox: e.sb, ScratchDir: t.TempDir(), Getenv: e.getenv, Out: io.Discard})
+		Approve: true, Raise: "main", Reviewer: "conductor-review", Sandbox: e.sb, ScratchDir: t.TempDir(), Getenv: e.getenv})
 	must(t, err)
 	if rep.Decision == nil {
 		t.Fatalf("review raised no decision: %+v", rep)

@@ -100,7 +100,7 @@ func (s *Server) runRows(ctx context.Context) ([]runRow, error) {
 	for _, r := range runs {
 		st := stats[r.ID]
 		row := runRow{RunSummary: r, Checkpoints: st.Count, LastCheckpoint: st.LastAt, Elapsed: s.elapsed(r)}
-		if bus.CheckRunID(r.ID) == nil {
+		if runrec.ValidRunID(r.ID) == nil {
 			row.Task = s.taskOf(r.ID)
 		}
 		out = append(out, row)
@@ -306,7 +306,7 @@ func (s *Server) decisionCard(ctx context.Context, d bus.Decision) (decisionCard
 			return c, err
 		}
 	}
-	if d.RunID != "" && bus.CheckRunID(d.RunID) == nil {
+	if d.RunID != "" && runrec.ValidRunID(d.RunID) == nil {
 		var problem string
 		c.Review, problem = readReview(s.runDir(d.RunID))
 		if problem != "" {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
 // events streams a live view's changes as server-sent events:
@@ -28,7 +28,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	switch view {
 	case "runs", "decisions", "queue", "landed":
 	case "run":
-		if err := bus.CheckRunID(id); err != nil {
+		if err := runrec.ValidRunID(id); err != nil {
 			s.fail(w, r, http.StatusBadRequest, err.Error())
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
 //go:embed assets
@@ -345,7 +346,7 @@ func (s *Server) page(name string) http.HandlerFunc {
 		}
 		id := r.PathValue("id")
 		if name == "run" {
-			if err := bus.CheckRunID(id); err != nil {
+			if err := runrec.ValidRunID(id); err != nil {
 				s.fail(w, r, http.StatusBadRequest, err.Error())
 				return
 			}
@@ -408,7 +409,7 @@ func backTo(r *http.Request) string {
 	case strings.HasPrefix(r.URL.Path, "/decisions"):
 		return "/decisions"
 	case strings.HasPrefix(r.URL.Path, "/runs/"):
-		if id := r.PathValue("id"); id != "" && bus.CheckRunID(id) == nil {
+		if id := r.PathValue("id"); id != "" && runrec.ValidRunID(id) == nil {
 			return "/runs/" + id
 		}
 	}

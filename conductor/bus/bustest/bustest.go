@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 )
 
 // Factory opens a new, empty store whose clock is now. The store is closed
@@ -87,11 +87,11 @@ func wantErr(t *testing.T, err, target error) {
 func wantRefusal(t *testing.T, err error, code string) {
 	t.Helper()
 	wantErr(t, err, bus.ErrConflict)
-	var r *policy.Refusal
+	var r *refusal.Refusal
 	if !errors.As(err, &r) {
 		t.Fatalf("error %v is not a refusal", err)
 	}
-	if r.Code != code || r.Fix == "" {
+	if string(r.Code) != code || r.Fix == "" {
 		t.Fatalf("refusal code %q fix %q, want code %q and a fix", r.Code, r.Fix, code)
 	}
 }
