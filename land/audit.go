@@ -10,6 +10,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -22,7 +23,7 @@ type AuditStore interface {
 
 // AuditOptions select the commit to audit.
 type AuditOptions struct {
-	Git    patch.Git
+	Git    git.Git
 	Store  AuditStore // nil: the store checks are skipped (and say so)
 	Commit string
 }
@@ -111,17 +112,17 @@ func (r AuditReport) Print(w io.Writer, asJSON bool) error {
 // diff and checks it against the commit's trailers, its receipt note on
 // NotesRef and the store's landing, decision and verdict.
 func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
-	g := patch.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config, Scratch: o.Git.Scratch}
+	g := git.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config, Scratch: o.Git.Scratch}
 	c, err := readCommit(ctx, g, o.Commit)
 	if err != nil {
 		return AuditReport{}, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
-	rep := AuditReport{Commit: c.OID}
-	parent := emptyTree
+	rep := AuditReport{Commit: c.ID}
+	parent := git.EmptyTree
 	if len(c.Parents) > 0 {
 		parent = c.Parents[0]
 	}
-	if rep.PatchID, err = patch.DiffTrees(ctx, g, parent, c.OID, io.Discard); err != nil {
+	if rep.PatchID, err = patch.DiffTrees(ctx, g, parent, c.ID, io.Discard); err != nil {
 		return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
 	check := func(name, want, got string) {
@@ -151,7 +152,7 @@ func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
 	check("trailer Patch-Id = re-derived patch-id", rep.PatchID, tr["Patch-Id"])
 
 	// The receipt note.
-	raw, err := g.Run(ctx, "notes", "--ref="+NotesRef, "show", c.OID)
+	raw, err := g.Run(ctx, "notes", "--ref="+NotesRef, "show", c.ID)
 	var rc Receipt
 	switch {
 	case err != nil:
@@ -179,7 +180,7 @@ func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
 		case err != nil:
 			return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
 		default:
-			check("store landing commit = commit", c.OID, l.Commit)
+			check("store landing commit = commit", c.ID, l.Commit)
 			check("store landing patchId = re-derived patch-id", rep.PatchID, l.PatchID)
 		}
 		d, err := o.Store.GetDecision(ctx, rep.Decision)

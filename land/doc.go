@@ -5,7 +5,7 @@
 // tree being committed and moves the target by compare-and-swap.
 //
 // land never pushes, never changes anything when it refuses, and never runs
-// git through anything but patch.Git.
+// git through anything but git.Git.
 //
 // # Steps
 //

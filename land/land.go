@@ -18,6 +18,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -57,7 +58,7 @@ type Options struct {
 	DataRoot string
 	// Repo overrides the decision's repository (tests); zero means the
 	// decision's Repo.
-	Repo patch.Git
+	Repo git.Git
 	// Committer of the landed commit; zero means "conductor".
 	Committer Identity
 	Now       func() time.Time
@@ -204,7 +205,7 @@ func indent(s, pre string) string {
 // lander carries one landing's state between steps.
 type lander struct {
 	o        *Options
-	g        patch.Git // the repository's common git dir, no work tree
+	g        git.Git // the repository's common git dir, no work tree
 	d        bus.Decision
 	v        bus.Verdict
 	run      bus.Run
@@ -212,26 +213,20 @@ type lander struct {
 	ref      string // refs/heads/<target>
 	workRef  string
 	workAt   string // the work ref's value as read first (an id; a tag's, if it names a tag)
-	approved commit
-	trees    []looseObject  // the squash's trees made in process, written with the commit
-	cat      *batch         // the landing's one cat-file process
-	update   *patch.Started // `update-ref --stdin`, started early (nil: start one when needed)
-	now      time.Time      // its commit's and note's committer date: the landing's start, or the gate's end
-
-	pre []*prewritten // objects written ahead (speculate.go)
+	approved git.Commit
+	cat      *git.Objects // the landing's object reader
+	update   *git.Started // `update-ref --stdin`, started early (nil: start one when needed)
+	now      time.Time    // its commit's and note's committer date: the landing's start, or the gate's end
 
 	// Git work started early (speculate.go), waited for before returning.
 	bg     context.Context
 	wg     sync.WaitGroup
 	specMu sync.Mutex
 	specs  map[string]*speculation
+	diff   *differ // the neutral git dir of the landing's diffs
 
-	diffReady chan struct{} // closed once diff (or diffErr) is set
-	diff      *patch.TreeDiffer
-	diffErr   error
-	diffDone  sync.Once // closes diff
-	dataDir   string    // DataRoot/land/<key>
-	key       string
+	dataDir string // DataRoot/land/<key>
+	key     string
 }
 
 func run(ctx context.Context, o *Options) (Outcome, error) {
@@ -286,12 +281,12 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		if d.Repo == "" {
 			return out, fmt.Errorf("decision %s names no repository", d.ID)
 		}
-		if g, err = patch.OpenRepo(d.Repo); err != nil {
+		if g, err = git.OpenRepo(d.Repo); err != nil {
 			// A linked worktree's private git dir names its repository.
 			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
 				return out, fmt.Errorf("decision %s: %w", d.ID, err)
 			}
-			g = patch.Git{GitDir: d.Repo}
+			g = git.Git{GitDir: d.Repo}
 		}
 	}
 	// Throw-away git dirs go to the data root's scratch folder
@@ -303,7 +298,7 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	} else if n > 0 {
 		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
 	}
-	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
+	g = git.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now()}
 	l.key = lockKey(g.GitDir, l.ref)
@@ -324,7 +319,6 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			l.update.Abandon() // a refusal: an empty transaction
 		}
 		cancel() // stops what a refusal left running
-		l.dropPrewritten()
 		l.wg.Wait()
 		l.closeDiffer()
 	}()
@@ -414,16 +408,16 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(ld), nil
 	}
-	refs, err := patch.ReadRefs(l.g.GitDir, l.ref, l.workRef)
+	refs, err := git.ReadRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below
 	}
-	l.cat = newBatch(ctx, l.g)
-	defer l.cat.close()
+	l.cat = git.NewObjects(ctx, l.g)
+	defer l.cat.Close()
 	if err := l.checkRefs(ctx); err != nil {
 		return out, err
 	}
-	if refs[0] != "" && patch.IsObjectID(d.Commit) {
+	if refs[0] != "" && git.IsObjectID(d.Commit) {
 		l.at(refs[0], d.Commit) // the squash of the likely case, early
 	}
 	names := []string{l.ref + "^{commit}", l.workRef + "^{commit}", d.Commit + "^{commit}"}
@@ -437,26 +431,26 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
-	l.workAt = firstNonEmpty(refs[1], workObj.OID)
-	if tipObj.OID == "" {
+	l.workAt = firstNonEmpty(refs[1], workObj.ID)
+	if tipObj.ID == "" {
 		return out, policy.Refuse("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
 			"create the branch, or raise the decision against an existing target")
 	}
-	if apprObj.OID != "" {
-		if l.approved, err = parseCommit(apprObj.OID, apprObj.Content); err != nil {
+	if apprObj.ID != "" {
+		if l.approved, err = git.ParseCommit(apprObj.ID, apprObj.Content); err != nil {
 			return out, err
 		}
 	}
 	out, err = l.landFrom(ctx, tipObj, workObj, apprObj)
 	var rf *policy.Refusal
-	if errors.As(err, &rf) && l.approved.OID != "" {
+	if errors.As(err, &rf) && l.approved.ID != "" {
 		// Idempotency and crash recovery: a landing killed after moving the
 		// target but before its store row is refused like any change that
 		// is already there (its squash is empty). Before refusing, look for
 		// it on the target's history.
-		if tip, terr := l.cat.get(l.ref + "^{commit}"); terr == nil {
-			if c, found, ferr := l.findLanded(ctx, tip.OID); ferr == nil && found {
+		if tip, terr := l.cat.Get(l.ref + "^{commit}"); terr == nil {
+			if c, found, ferr := l.findLanded(ctx, tip.ID); ferr == nil && found {
 				return l.recover(ctx, c)
 			}
 		}
@@ -465,7 +459,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 }
 
 // landFrom runs steps 2–8 from the objects land read first.
-func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) (Outcome, error) {
+func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj git.Object) (Outcome, error) {
 	o, d := l.o, l.d
 	out := Outcome{Target: l.target}
 	// 2. The latest verdict approves exactly the raised commit.
@@ -488,7 +482,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 			fmt.Sprintf("the approving verdict %d on %s carries no patch-id", v.ID, d.WorkRef),
 			"review again so the verdict is bound to the commit's patch-id")
 	}
-	if !sameCommit(v.Commit, d.Commit, apprObj.OID) {
+	if !sameCommit(v.Commit, d.Commit, apprObj.ID) {
 		return out, policy.Refuse("verdict-stale",
 			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
 			"review the raised commit (or raise a decision for the approved one), then land")
@@ -498,20 +492,20 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 
 	// 3. The work ref is at the approved commit now.
 	switch {
-	case apprObj.OID == "":
+	case apprObj.ID == "":
 		return out, policy.Refuse("work-ref-moved",
 			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
 			"review the work ref's current commit and raise a new decision")
-	case workObj.OID == "":
+	case workObj.ID == "":
 		return out, policy.Refuse("work-ref-moved",
-			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.OID)),
+			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.ID)),
 			"restore the work ref to the approved commit, or review and raise again")
-	case workObj.OID != apprObj.OID:
+	case workObj.ID != apprObj.ID:
 		return out, policy.Refuse("work-ref-moved",
-			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.OID), short(apprObj.OID)),
+			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.ID), short(apprObj.ID)),
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
-	out.ReviewedCommit = apprObj.OID
+	out.ReviewedCommit = apprObj.ID
 	if runID := firstNonEmpty(d.RunID, v.RunID); runID != "" {
 		if r, err := o.Store.GetRun(ctx, runID); err == nil {
 			l.run = r
@@ -521,7 +515,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 	}
 
 	// 4–8, retried once from the new tip when the target moves.
-	tip := tipObj.OID
+	tip := tipObj.ID
 	for attempt := 1; ; attempt++ {
 		res, err := l.attempt(ctx, tip, &out)
 		out.Attempts = attempt
@@ -529,11 +523,11 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 			return out, err
 		}
 		// The target moved under us.
-		tipObj, err := l.cat.get(l.ref + "^{commit}")
+		tipObj, err := l.cat.Get(l.ref + "^{commit}")
 		if err != nil {
 			return out, err
 		}
-		newTip := tipObj.OID
+		newTip := tipObj.ID
 		if c, found, err := l.findLanded(ctx, newTip); err != nil {
 			return out, err
 		} else if found {
@@ -568,20 +562,17 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if err := o.Rules.TargetAllowed(l.target); err != nil {
 		return "", err
 	}
-	tipTree, err := l.cat.get(tip + "^{tree}")
+	tipTree, err := l.cat.Get(tip + "^{tree}")
 	if err != nil {
 		return "", err
 	}
 	// The squash and its patch-id run beside the merge base, the policy
 	// diff and the policy (most likely started before the checks).
-	sp := l.at(tip, l.approved.OID)
-	if !o.DryRun && !o.Worktree && len(o.Rules.Gate()) == 0 {
-		l.prewrite(tip, sp)
-	}
+	sp := l.at(tip, l.approved.ID)
 	changes, err := sp.policyChanges()
 	if errors.Is(err, patch.ErrNoMergeBase) {
 		return "", policy.Refuse("conflict",
-			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
+			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.ID)),
 			"rebase the work onto the target and review again")
 	}
 	if err != nil {
@@ -600,7 +591,8 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 	o.Fault("policy")
 
-	// 5. Squash onto the tip: a tree, no checkout.
+	// 5. Squash onto the tip: a tree, no checkout; its patch-id measured
+	// from that tree (speculate.go).
 	res := sp.squash()
 	if res.err != nil {
 		var rf *policy.Refusal
@@ -610,7 +602,6 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		return "", res.err
 	}
 	tree, pid := res.tree, res.pid
-	l.trees = res.trees
 	out.Tree = tree
 	o.Fault("squash")
 
@@ -632,14 +623,6 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	if o.Worktree || needsFiles(gate) {
 		out.Mode = ModeWorktree
 	}
-	if wt != nil || out.Mode == ModeWorktree || o.DryRun {
-		// git reads the squash's tree before the commit, or a dry run
-		// reports it: it must be in the store (otherwise a tree made in
-		// process is written with the commit).
-		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
-			return "", err
-		}
-	}
 	if wt != nil {
 		if err := wt.check(ctx, tip, tree); err != nil {
 			return "", err
@@ -657,7 +640,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 	o.Fault("gate")
 	if len(results) > 0 {
-		l.now = o.Now() // the commit is made after its gate (nothing was written ahead)
+		l.now = o.Now() // the commit is made after its gate
 	}
 
 	msg := l.message(pid)
@@ -758,7 +741,7 @@ func (l *lander) latestVerdict(ctx context.Context) (bus.Verdict, error) {
 // that does not hold a notes commit (a blob, a tag): a receipt cannot be
 // added to it.
 func (l *lander) checkRefs(ctx context.Context) error {
-	to, err := patch.SymbolicRef(l.g.GitDir, l.ref)
+	to, err := git.SymbolicRef(l.g.GitDir, l.ref)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", l.ref, err)
 	}
@@ -767,23 +750,23 @@ func (l *lander) checkRefs(ctx context.Context) error {
 			fmt.Sprintf("target %s is a symbolic ref to %s: landing on it would move %s", l.ref, to, to),
 			fmt.Sprintf("raise the decision against the branch itself (%s), if the policy allows it", strings.TrimPrefix(to, "refs/heads/")))
 	}
-	if to, err = patch.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
+	if to, err = git.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
 		return policy.Refuse("notes-ref-invalid",
 			fmt.Sprintf("%s is not a notes ref (a symbolic ref to %q, or unreadable: %v)", NotesRef, to, err),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
 	name := NotesRef // broken: git says what it is
-	if ids, err := patch.ReadRefs(l.g.GitDir, NotesRef); err == nil {
+	if ids, err := git.ReadRefs(l.g.GitDir, NotesRef); err == nil {
 		if ids[0] == "" {
 			return nil
 		}
 		name = ids[0] // read in process when the object is at hand
 	}
-	n, err := l.cat.get(name)
+	n, err := l.cat.Get(name)
 	if err != nil {
 		return err
 	}
-	if n.OID == "" {
+	if n.ID == "" {
 		// It exists (ReadRefs said so, or could not read it) but names
 		// nothing git has.
 		return policy.Refuse("notes-ref-invalid",
@@ -792,7 +775,7 @@ func (l *lander) checkRefs(ctx context.Context) error {
 	}
 	if n.Type != "commit" {
 		return policy.Refuse("notes-ref-invalid",
-			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.OID)),
+			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.ID)),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
 	return nil

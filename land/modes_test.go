@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -127,8 +128,7 @@ func FuzzSplitTrailers(f *testing.F) {
 				t.Fatalf("bad key %q", tr.Key)
 			}
 		}
-		parseCommit("x", []byte(msg))
-		parseIdent(msg)
+		git.ParseCommit("x", []byte(msg))
 	})
 }
 

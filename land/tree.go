@@ -13,56 +13,51 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
 // changes parses the canonical diff from the merge base of tip and the
 // approved commit to the approved commit into policy changes (one git
-// process finds the base and diffs) and returns its binding patch-id too.
-// patch.ErrNoMergeBase when they share no history.
-func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Change, string, error) {
+// process finds the base and diffs). patch.ErrNoMergeBase when they share
+// no history. (The landing's patch-id is not this diff's: it is measured
+// from the squash, squashAndMeasure.)
+func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Change, error) {
 	pr, pw := io.Pipe()
-	type diffed struct {
-		pid string
-		err error
-	}
-	done := make(chan diffed, 1)
+	done := make(chan error, 1)
 	go func() {
-		var r diffed
 		d, err := l.differ()
 		if err == nil {
-			r.pid, err = d.DiffFromMergeBase(ctx, tip, approved, pw)
+			_, err = d.DiffFromMergeBase(ctx, tip, approved, pw)
 		}
-		r.err = err
 		pw.CloseWithError(err)
-		done <- r
+		done <- err
 	}()
 	cs, perr := policy.ParseChanges(pr)
 	if perr == nil {
 		_, perr = io.Copy(io.Discard, pr)
 	}
 	pr.CloseWithError(errors.New("diff consumer stopped"))
-	r := <-done
-	if r.err != nil {
-		if errors.Is(r.err, patch.ErrNoMergeBase) {
-			return nil, "", r.err
+	if err := <-done; err != nil {
+		if errors.Is(err, patch.ErrNoMergeBase) {
+			return nil, err
 		}
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), r.err)
+		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), err)
 	}
 	if perr != nil {
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
+		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
 	}
-	return cs, r.pid, nil
+	return cs, nil
 }
 
 // existsAt answers "does this path exist in the tip's tree?" for the
 // landing policy. Top-level names come from the root tree; deeper paths are
 // asked one at a time and cached. An error answers "no", which can only
 // make the policy stricter.
-func (l *lander) existsAt(root object) (func(string) bool, error) {
-	es, err := parseTree(root.Content)
+func (l *lander) existsAt(root git.Object) (func(string) bool, error) {
+	es, err := git.ParseTree(root.Content)
 	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", root.OID, err)
+		return nil, fmt.Errorf("tree %s: %w", root.ID, err)
 	}
 	known := map[string]bool{}
 	for _, e := range es {
@@ -73,8 +68,8 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 		if v, ok := known[p]; ok || !strings.Contains(p, "/") {
 			return v
 		}
-		o, err := l.cat.get(root.OID + ":" + p)
-		v := err == nil && o.OID != ""
+		o, err := l.cat.Get(root.ID + ":" + p)
+		v := err == nil && o.ID != ""
 		known[p] = v
 		return v
 	}, nil
@@ -83,19 +78,19 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 // linkAt answers "is this path a symlink in the tip's tree, and to what?"
 // for the landing policy, which follows a new link through the tip's links.
 // Each parent folder is read once; an error answers "no link".
-func (l *lander) linkAt(root object) func(string) (string, bool) {
-	entries := map[string][]treeEntry{}
-	dirEntries := func(dir string) []treeEntry {
+func (l *lander) linkAt(root git.Object) func(string) (string, bool) {
+	entries := map[string][]git.TreeEntry{}
+	dirEntries := func(dir string) []git.TreeEntry {
 		if es, ok := entries[dir]; ok {
 			return es
 		}
-		name := root.OID
+		name := root.ID
 		if dir != "" {
 			name += ":" + dir
 		}
-		var es []treeEntry
-		if o, err := l.cat.get(name); err == nil && o.Type == "tree" {
-			es, _ = parseTree(o.Content)
+		var es []git.TreeEntry
+		if o, err := l.cat.Get(name); err == nil && o.Type == "tree" {
+			es, _ = git.ParseTree(o.Content)
 		}
 		entries[dir] = es
 		return es
@@ -106,8 +101,8 @@ func (l *lander) linkAt(root object) func(string) (string, bool) {
 			dir, base = p[:i], p[i+1:]
 		}
 		for _, e := range dirEntries(dir) {
-			if e.Name == base && e.Mode == "120000" {
-				o, err := l.cat.get(e.OID)
+			if e.Name == base && e.Mode == git.ModeSymlink {
+				o, err := l.cat.Get(e.Hash.String())
 				if err != nil || o.Type != "blob" {
 					return "/", true // unreadable: taken as a link out of the repository
 				}
@@ -118,9 +113,9 @@ func (l *lander) linkAt(root object) func(string) (string, bool) {
 	}
 }
 
-// squash merges the approved commit onto tip without a checkout and returns
-// the resulting tree, or a conflict refusal.
-func (l *lander) squash(ctx context.Context, tip, approved string) (string, error) {
+// mergeTree merges the approved commit onto tip without a checkout and
+// returns the resulting tree, or a conflict refusal: the reference squash.
+func (l *lander) mergeTree(ctx context.Context, tip, approved string) (string, error) {
 	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, approved)
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
 	if err != nil {
@@ -190,7 +185,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		"CONDUCTOR_LAND_TARGET="+l.target,
 		"CONDUCTOR_LAND_PARENT="+tip,
 		"CONDUCTOR_LAND_TREE="+tree,
-		"CONDUCTOR_LAND_REVIEWED="+l.approved.OID,
+		"CONDUCTOR_LAND_REVIEWED="+l.approved.ID,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
 	return runGate(ctx, l.o.Sandbox, cmds, dir, sbRoot, env)
@@ -199,7 +194,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 // checkoutTree makes the worktree's index and files exactly tree, checks
 // it, and unlinks the worktree's .git so that nothing the gate runs reaches
 // the repository through git.
-func checkoutTree(ctx context.Context, wg patch.Git, tree string) error {
+func checkoutTree(ctx context.Context, wg git.Git, tree string) error {
 	if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
 		return fmt.Errorf("gate worktree: check out %s: %w", short(tree), err)
 	}
@@ -231,12 +226,12 @@ func safeName(s string) string {
 
 // scratchGit returns a Git for a scratch worktree created by land: its admin
 // dir is found among the repository's worktrees by the path it records.
-func (l *lander) scratchGit(dir string) (patch.Git, error) {
+func (l *lander) scratchGit(dir string) (git.Git, error) {
 	admin, ok := l.adminDirs()[dir]
 	if !ok {
-		return patch.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
+		return git.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
 	}
-	return patch.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}, nil
+	return git.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}, nil
 }
 
 // adminDirs maps the worktree path recorded in each admin dir under
@@ -300,7 +295,7 @@ func (l *lander) cleanStale(ctx context.Context) error {
 // targetWT is a worktree that has the target branch checked out.
 type targetWT struct {
 	path string
-	g    patch.Git
+	g    git.Git
 	ref  string
 }
 
@@ -316,12 +311,12 @@ func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
 		bare, _ := l.g.Line(ctx, "config", "--bool", "core.bare")
 		if bare != "true" {
 			wt := filepath.Dir(l.g.GitDir)
-			return &targetWT{path: wt, ref: l.ref, g: patch.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
+			return &targetWT{path: wt, ref: l.ref, g: git.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	for path, admin := range l.adminDirs() {
 		if head(admin) {
-			return &targetWT{path: path, ref: l.ref, g: patch.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
+			return &targetWT{path: path, ref: l.ref, g: git.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	return nil, nil
@@ -345,7 +340,7 @@ func (w *targetWT) check(ctx context.Context, tip, tree string) error {
 		return refuse(strings.ReplaceAll(strings.TrimRight(string(st), "\x00"), "\x00", "\n"))
 	}
 	if _, err := w.g.Run(ctx, "read-tree", "-m", "-u", "-n", tip, tree); err != nil {
-		var ge *patch.GitError
+		var ge *git.GitError
 		if errors.As(err, &ge) {
 			return refuse(strings.TrimSpace(string(ge.Stderr)))
 		}

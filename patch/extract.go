@@ -374,19 +374,6 @@ func (d *TreeDiffer) DiffFromMergeBase(ctx context.Context, a, b string, w io.Wr
 	return id, nil
 }
 
-// IsObjectID reports whether s is a full SHA-1 object id in lower-case hex.
-func IsObjectID(s string) bool {
-	if len(s) != 40 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // parseRawLine reads one line of `diff-tree --raw` output (without -z:
 // the path is C-quoted when git quotes it) and refuses gitlinks, which a
 // diff cannot carry.
