@@ -347,7 +347,7 @@ func TestWrittenObjectsAreGits(t *testing.T) {
 	}
 
 	// A commit as commit-tree writes it (the zone of each date kept).
-	when := time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -(3*3600 + 1800)))
+	when := time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -(3*3600+1800)))
 	c := Commit{Tree: tree.ID, Author: NewSignature("T", "t@example.test", when),
 		Committer: NewSignature("T", "t@example.test", when.UTC()), Message: "subject\n\nbody\n"}
 	craw, err := EncodeCommit(c)
