@@ -77,37 +77,6 @@ func (r AuditReport) Refusal() *policy.Refusal {
 	return rf
 }
 
-// Print writes the report for people or as one JSON object.
-func (r AuditReport) Print(w io.Writer, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(w).Encode(r)
-	}
-	status := "ok"
-	if !r.OK {
-		status = "MISMATCH"
-	}
-	if _, err := fmt.Fprintf(w, "audit %s: %s\n  patch-id %s (re-derived)\n", r.Commit, status, orNone(r.PatchID)); err != nil {
-		return err
-	}
-	for _, c := range r.Checks {
-		mark := "ok  "
-		if !c.OK {
-			mark = "FAIL"
-		}
-		line := fmt.Sprintf("  %s %s", mark, c.Name)
-		if !c.OK && (c.Want != "" || c.Got != "") {
-			line += fmt.Sprintf(": want %s, got %s", orNone(c.Want), orNone(c.Got))
-		}
-		if c.Detail != "" {
-			line += " (" + c.Detail + ")"
-		}
-		if _, err := fmt.Fprintln(w, line); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Audit re-derives the binding patch-id of commit from its first-parent
 // diff and checks it against the commit's trailers, its receipt note on
 // NotesRef and the store's landing, decision and verdict.

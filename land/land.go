@@ -2,7 +2,6 @@ package land
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -72,9 +71,13 @@ type Options struct {
 	// gate has commands is refused (sandbox-unavailable), never run
 	// unisolated.
 	Sandbox sandbox.Sandbox
-	Out     io.Writer
-	JSON    bool
-	Log     *slog.Logger
+	// Out is ignored: Run returns the Outcome and cmd/conductor renders
+	// it.
+	//
+	// Deprecated: kept until the tests of other packages that set it
+	// drop it; remove then.
+	Out io.Writer
+	Log *slog.Logger
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
@@ -113,17 +116,16 @@ const (
 	ModeWorktree = "worktree"
 )
 
-// Run lands one decision and prints the outcome on o.Out. A refusal is
-// returned as an error wrapping *policy.Refusal and changes nothing.
+// Run lands one decision and returns what it did (it prints nothing: the
+// command line renders the Outcome). A refusal is returned as an error
+// wrapping *policy.Refusal, with the Outcome saying refused, and changes
+// nothing.
 func Run(ctx context.Context, o Options) (Outcome, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if o.Out == nil {
-		o.Out = io.Discard
 	}
 	if o.Fault == nil {
 		o.Fault = func(string) {}
@@ -135,9 +137,6 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	var err error
 	if verr := validDecisionID(o.DecisionID); verr != nil {
 		out = Outcome{Decision: o.DecisionID, Status: StatusRefused, Refusal: verr}
-		if perr := printOutcome(o.Out, o.JSON, out); perr != nil {
-			return out, perr
-		}
 		return out, fmt.Errorf("land %q: %w", o.DecisionID, verr)
 	}
 	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
@@ -164,42 +163,10 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	if out.Warning != "" && rf == nil {
 		o.Log.Warn("land: " + out.Warning)
 	}
-	if err == nil || rf != nil {
-		if perr := printOutcome(o.Out, o.JSON, out); perr != nil && err == nil {
-			err = perr
-		}
-	}
 	if err != nil {
 		return out, fmt.Errorf("land %s: %w", o.DecisionID, err)
 	}
 	return out, nil
-}
-
-func printOutcome(w io.Writer, asJSON bool, out Outcome) error {
-	if asJSON {
-		enc := json.NewEncoder(w)
-		return enc.Encode(out)
-	}
-	var err error
-	switch out.Status {
-	case StatusLanded:
-		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
-	case StatusAlreadyLanded:
-		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
-	case StatusDryRun:
-		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s",
-			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
-			indent(out.Message, "    "))
-	}
-	return err
-}
-
-func indent(s, pre string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString(pre + line + "\n")
-	}
-	return b.String()
 }
 
 // lander carries one landing's state between steps.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/policy"
 )
 
 func newLandCmd(d *deps) *cli.Command {
@@ -103,11 +106,17 @@ func landAction(c *cli.Context, d *deps) error {
 		Now:        d.Now,
 		Getenv:     d.Getenv,
 		Worktree:   c.Bool("worktree"),
-		Out:        d.Stdout,
-		JSON:       c.Bool("json"),
 		Log:        d.Log,
 		Fault:      faultInjector(d.Getenv, "land"),
 	})
+	// What was landed, or refused (nothing changed), is printed; another
+	// error is only the error.
+	var rf *policy.Refusal
+	if err == nil || errors.As(err, &rf) {
+		if perr := renderLandOutcome(d.Stdout, c.Bool("json"), out); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
 		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
 	}
@@ -129,6 +138,35 @@ func landAction(c *cli.Context, d *deps) error {
 	}
 	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
 	return nil
+}
+
+// renderLandOutcome prints a landing's outcome for people, or as one JSON
+// object.
+func renderLandOutcome(w io.Writer, asJSON bool, out land.Outcome) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(out)
+	}
+	var err error
+	switch out.Status {
+	case land.StatusLanded:
+		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case land.StatusAlreadyLanded:
+		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case land.StatusDryRun:
+		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s",
+			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
+			indentLines(out.Message, "    "))
+	}
+	return err
+}
+
+// indentLines puts pre before every line of s.
+func indentLines(s, pre string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(pre + line + "\n")
+	}
+	return b.String()
 }
 
 // faultInjector returns a hook that SIGKILLs the process at the step named
