@@ -124,71 +124,10 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	if err != nil {
 		return "", err
 	}
-	// The notes ref is shared by every target of the repository.
-	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
-	if err != nil {
+	moved, err := l.moveRefs(ctx, tip, landed, blob, committer)
+	if err != nil || !moved {
 		return "", err
 	}
-	defer nlock.release()
-	lockWait := lockRetryStart
-	for try := 0; ; try++ {
-		notesOld, notes, err := l.noteObjects(landed.ID, blob.ID, committer)
-		if err != nil {
-			return "", fmt.Errorf("receipt note: %w", err)
-		}
-		// Every object is in the store before a ref points at it.
-		if err := git.WriteLoose(l.g.GitDir, append([]git.Loose{landed, blob}, notes...)...); err != nil {
-			return "", err
-		}
-		if try == 0 {
-			o.Fault("commit")
-		}
-		// The gate window: the verdict and the work ref were read before
-		// the gate. The verdict is read again now, the work ref is verified
-		// inside the transaction that moves the target.
-		if err := l.recheck(ctx, false); err != nil {
-			return "", err
-		}
-		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
-			l.ref, landed.ID, tip, NotesRef, notes[len(notes)-1].ID, firstNonEmpty(notesOld, git.ZeroID))
-		upd := l.update
-		if l.update = nil; upd == nil {
-			upd = l.startUpdate(ctx)
-		}
-		_, err = upd.Run(tx)
-		if err == nil {
-			break
-		}
-		if lockFile, held := git.HeldLock(err); held {
-			// Another git process holds a ref's lock: wait a little (it
-			// is most likely brief), then give up, retryably.
-			if lockWait <= lockRetryMax {
-				select {
-				case <-ctx.Done():
-					return "", ctx.Err()
-				case <-time.After(lockWait):
-				}
-				lockWait *= 2
-				continue
-			}
-			return "", fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
-		}
-		if rerr := l.recheck(ctx, true); rerr != nil {
-			return "", rerr // the work ref moved: the verify failed
-		}
-		objs, lerr := l.lookup(l.ref, NotesRef)
-		if lerr != nil {
-			return "", fmt.Errorf("move %s: %w", l.target, err)
-		}
-		if objs[0].ID != tip {
-			return "", nil // the target moved: the caller retries once
-		}
-		if objs[1].ID != notesOld && try < 3 {
-			continue // someone else wrote a note (outside conductor's lock): build on it
-		}
-		return "", fmt.Errorf("move %s: %w", l.target, err)
-	}
-	nlock.release()
 	o.Fault("update-ref")
 	// Landed: no diff is left to run, its git dir goes while the store
 	// records the landing.
@@ -210,6 +149,80 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	}
 	o.Fault("record")
 	return StatusLanded, nil
+}
+
+// moveRefs writes the landed commit, its note blob and the notes tree and
+// commit, checks the verdict and the work ref once more, and moves the
+// target (compare-and-swap from tip) and the notes ref in one update-ref
+// transaction that also verifies the work ref. It waits briefly for a ref
+// lock another git holds, rebuilds the note on a notes ref someone else
+// moved, and returns false (no error) when the target moved.
+func (l *lander) moveRefs(ctx context.Context, tip string, landed, blob git.Loose, committer git.Signature) (bool, error) {
+	o := l.o
+	// The notes ref is shared by every target of the repository.
+	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
+	if err != nil {
+		return false, err
+	}
+	defer nlock.release()
+	lockWait := lockRetryStart
+	for try := 0; ; try++ {
+		notesOld, notes, err := l.noteObjects(landed.ID, blob.ID, committer)
+		if err != nil {
+			return false, fmt.Errorf("receipt note: %w", err)
+		}
+		// Every object is in the store before a ref points at it.
+		if err := git.WriteLoose(l.g.GitDir, append([]git.Loose{landed, blob}, notes...)...); err != nil {
+			return false, err
+		}
+		if try == 0 {
+			o.Fault("commit")
+		}
+		// The gate window: the verdict and the work ref were read before
+		// the gate. The verdict is read again now, the work ref is verified
+		// inside the transaction that moves the target.
+		if err := l.recheck(ctx, false); err != nil {
+			return false, err
+		}
+		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
+			l.ref, landed.ID, tip, NotesRef, notes[len(notes)-1].ID, firstNonEmpty(notesOld, git.ZeroID))
+		upd := l.update
+		if l.update = nil; upd == nil {
+			upd = l.startUpdate(ctx)
+		}
+		_, err = upd.Run(tx)
+		if err == nil {
+			return true, nil
+		}
+		if lockFile, held := git.HeldLock(err); held {
+			// Another git process holds a ref's lock: wait a little (it
+			// is most likely brief), then give up, retryably.
+			if lockWait <= lockRetryMax {
+				select {
+				case <-ctx.Done():
+					return false, ctx.Err()
+				case <-time.After(lockWait):
+				}
+				lockWait *= 2
+				continue
+			}
+			return false, fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
+		}
+		if rerr := l.recheck(ctx, true); rerr != nil {
+			return false, rerr // the work ref moved: the verify failed
+		}
+		objs, lerr := l.lookup(l.ref, NotesRef)
+		if lerr != nil {
+			return false, fmt.Errorf("move %s: %w", l.target, err)
+		}
+		if objs[0].ID != tip {
+			return false, nil // the target moved: the caller retries once
+		}
+		if objs[1].ID != notesOld && try < 3 {
+			continue // someone else wrote a note (outside conductor's lock): build on it
+		}
+		return false, fmt.Errorf("move %s: %w", l.target, err)
+	}
 }
 
 // startUpdate starts the `git update-ref --stdin` that moves the target and
@@ -511,8 +524,8 @@ func (l *lander) verifyLanded(ctx context.Context, c git.Commit) (string, error)
 	if sq.tree != full.Tree {
 		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.ID), short(sq.tree)), nil
 	}
-	if sq.pid != reviewed {
-		return fmt.Sprintf("its change has patch-id %s, the reviewed one is %s", orNone(sq.pid), reviewed), nil
+	if rf := checkPatchID(full.Parents[0], sq, reviewed); rf != nil {
+		return rf.Reason, nil
 	}
 	rep, err := Audit(ctx, AuditOptions{Git: l.g, Commit: full.ID})
 	if err != nil {

@@ -204,68 +204,20 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	if o.DataRoot == "" {
 		return out, errors.New("no data root")
 	}
-	// 1. The decision, read-only.
-	d, err := o.Store.GetDecision(ctx, o.DecisionID)
-	if errors.Is(err, bus.ErrNotFound) {
-		return out, policy.Refuse("decision-not-found",
-			fmt.Sprintf("no decision %q in the store", o.DecisionID),
-			"check the id with `conductor decision list`")
-	}
-	if err != nil {
-		return out, fmt.Errorf("read decision: %w", err)
-	}
-	o.Fault("decision")
-	if d.Open() {
-		return out, policy.Refuse("decision-not-resolved",
-			fmt.Sprintf("decision %s is still open", d.ID),
-			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
-	}
-	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
-		return out, policy.Refuse("decision-not-merge",
-			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
-			"nothing to land: raise a new merge decision once the work is ready")
-	}
-	target, err := branchName(d.Target)
-	if err != nil {
-		return out, policy.Refuse("target-invalid",
-			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
-			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
-	}
+	d, target, err := readDecision(ctx, o)
 	out.Target = target
-	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
-		return out, policy.Refuse("work-ref-invalid",
-			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
-			"raise a new decision for the work ref review recorded")
+	if err != nil {
+		return out, err
 	}
 	if l, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(l), nil
 	} else if !errors.Is(err, bus.ErrNotFound) {
 		return out, fmt.Errorf("read landing: %w", err)
 	}
-
-	g := o.Repo
-	if g.GitDir == "" {
-		if d.Repo == "" {
-			return out, fmt.Errorf("decision %s names no repository", d.ID)
-		}
-		if g, err = git.OpenRepo(d.Repo); err != nil {
-			// A linked worktree's private git dir names its repository.
-			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
-				return out, fmt.Errorf("decision %s: %w", d.ID, err)
-			}
-			g = git.Git{GitDir: d.Repo}
-		}
+	g, err := repoOf(o, d)
+	if err != nil {
+		return out, err
 	}
-	// Throw-away git dirs go to the data root's scratch folder
-	// (conductor.Config.GitScratchDir), where the next landing removes those
-	// a killed one left (patch.CleanScratch).
-	scratch := filepath.Join(o.DataRoot, "scratch", "git")
-	if n, err := patch.CleanScratch(scratch); err != nil {
-		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
-	} else if n > 0 {
-		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
-	}
-	g = git.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now()}
 	l.key = lockKey(g.GitDir, l.ref)
@@ -301,6 +253,72 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		o.Log.Warn("land: cleaning stale scratch worktrees", "err", err)
 	}
 	return l.land(ctx)
+}
+
+// readDecision is step 1: the decision, read-only, resolved with the merge
+// option, naming a target branch and a work ref; it returns the decision
+// and its target's branch name.
+func readDecision(ctx context.Context, o *Options) (bus.Decision, string, error) {
+	d, err := o.Store.GetDecision(ctx, o.DecisionID)
+	if errors.Is(err, bus.ErrNotFound) {
+		return d, "", policy.Refuse("decision-not-found",
+			fmt.Sprintf("no decision %q in the store", o.DecisionID),
+			"check the id with `conductor decision list`")
+	}
+	if err != nil {
+		return d, "", fmt.Errorf("read decision: %w", err)
+	}
+	o.Fault("decision")
+	if d.Open() {
+		return d, "", policy.Refuse("decision-not-resolved",
+			fmt.Sprintf("decision %s is still open", d.ID),
+			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
+	}
+	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
+		return d, "", policy.Refuse("decision-not-merge",
+			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
+			"nothing to land: raise a new merge decision once the work is ready")
+	}
+	target, err := branchName(d.Target)
+	if err != nil {
+		return d, "", policy.Refuse("target-invalid",
+			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
+			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
+	}
+	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
+		return d, target, policy.Refuse("work-ref-invalid",
+			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
+			"raise a new decision for the work ref review recorded")
+	}
+	return d, target, nil
+}
+
+// repoOf is the repository a landing works in: Options.Repo or the
+// decision's, as its common git dir with no work tree, its throw-away git
+// dirs under the data root's scratch folder (where the next landing
+// removes those a killed one left, patch.CleanScratch).
+func repoOf(o *Options, d bus.Decision) (git.Git, error) {
+	g := o.Repo
+	if g.GitDir == "" {
+		if d.Repo == "" {
+			return g, fmt.Errorf("decision %s names no repository", d.ID)
+		}
+		var err error
+		if g, err = git.OpenRepo(d.Repo); err != nil {
+			// A linked worktree's private git dir names its repository.
+			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
+				return g, fmt.Errorf("decision %s: %w", d.ID, err)
+			}
+			g = git.Git{GitDir: d.Repo}
+		}
+	}
+	scratch := filepath.Join(o.DataRoot, "scratch", "git")
+	if n, err := patch.CleanScratch(scratch); err != nil {
+		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
+	} else if n > 0 {
+		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
+	}
+	return git.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}, nil
 }
 
 func landedOutcome(l bus.Landing) Outcome {
@@ -427,62 +445,91 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 
 // landFrom runs steps 2–8 from the objects land read first.
 func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj git.Object) (Outcome, error) {
-	o, d := l.o, l.d
 	out := Outcome{Target: l.target}
-	// 2. The latest verdict approves exactly the raised commit.
+	if err := l.checkVerdict(ctx, apprObj); err != nil {
+		return out, err
+	}
+	l.o.Fault("verdict")
+	if err := l.checkWorkRef(workObj, apprObj); err != nil {
+		return out, err
+	}
+	out.ReviewedCommit = apprObj.ID
+	if err := l.readRun(ctx); err != nil {
+		return out, err
+	}
+	return l.attempts(ctx, tipObj.ID, out)
+}
+
+// checkVerdict is step 2: the latest verdict approves exactly the raised
+// commit, bound to a patch-id.
+func (l *lander) checkVerdict(ctx context.Context, apprObj git.Object) error {
+	o, d := l.o, l.d
 	v, err := l.latestVerdict(ctx)
 	if errors.Is(err, bus.ErrNotFound) {
-		return out, policy.Refuse("no-approval",
+		return policy.Refuse("no-approval",
 			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
 			"review the run first: conductor review RUN --approve")
 	}
 	if err != nil {
-		return out, fmt.Errorf("read verdict: %w", err)
+		return fmt.Errorf("read verdict: %w", err)
 	}
 	if v.Verdict != o.Rules.RequiredVerdict() {
-		return out, policy.Refuse("no-approval",
+		return policy.Refuse("no-approval",
 			fmt.Sprintf("the latest verdict on %s is %q, landing needs %q", d.WorkRef, v.Verdict, o.Rules.RequiredVerdict()),
 			"address the findings, review again and approve")
 	}
 	if v.PatchID == "" {
-		return out, policy.Refuse("no-approval",
+		return policy.Refuse("no-approval",
 			fmt.Sprintf("the approving verdict %d on %s carries no patch-id", v.ID, d.WorkRef),
 			"review again so the verdict is bound to the commit's patch-id")
 	}
 	if !sameCommit(v.Commit, d.Commit, apprObj.ID) {
-		return out, policy.Refuse("verdict-stale",
+		return policy.Refuse("verdict-stale",
 			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
 			"review the raised commit (or raise a decision for the approved one), then land")
 	}
 	l.v = v
-	o.Fault("verdict")
+	return nil
+}
 
-	// 3. The work ref is at the approved commit now.
+// checkWorkRef is step 3: the work ref is at the approved commit now.
+func (l *lander) checkWorkRef(workObj, apprObj git.Object) error {
+	d := l.d
 	switch {
 	case apprObj.ID == "":
-		return out, policy.Refuse("work-ref-moved",
+		return policy.Refuse("work-ref-moved",
 			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
 			"review the work ref's current commit and raise a new decision")
 	case workObj.ID == "":
-		return out, policy.Refuse("work-ref-moved",
+		return policy.Refuse("work-ref-moved",
 			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.ID)),
 			"restore the work ref to the approved commit, or review and raise again")
 	case workObj.ID != apprObj.ID:
-		return out, policy.Refuse("work-ref-moved",
+		return policy.Refuse("work-ref-moved",
 			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.ID), short(apprObj.ID)),
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
-	out.ReviewedCommit = apprObj.ID
-	if runID := firstNonEmpty(d.RunID, v.RunID); runID != "" {
-		if r, err := o.Store.GetRun(ctx, runID); err == nil {
-			l.run = r
-		} else if !errors.Is(err, bus.ErrNotFound) {
-			return out, fmt.Errorf("read run %s: %w", runID, err)
-		}
-	}
+	return nil
+}
 
-	// 4–8, retried once from the new tip when the target moves.
-	tip := tipObj.ID
+// readRun reads the run the work came from (for the receipt), when known.
+func (l *lander) readRun(ctx context.Context) error {
+	runID := firstNonEmpty(l.d.RunID, l.v.RunID)
+	if runID == "" {
+		return nil
+	}
+	r, err := l.o.Store.GetRun(ctx, runID)
+	if err == nil {
+		l.run = r
+	} else if !errors.Is(err, bus.ErrNotFound) {
+		return fmt.Errorf("read run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// attempts runs steps 4–8 from tip, and once more from the new tip when
+// the target moves (then target-moved).
+func (l *lander) attempts(ctx context.Context, tip string, out Outcome) (Outcome, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := l.attempt(ctx, tip, &out)
 		out.Attempts = attempt
@@ -505,7 +552,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj git.Obje
 				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, short(tip), short(newTip), attempt),
 				"land again once the target is quiet; nothing was committed")
 		}
-		o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
+		l.o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
 		tip = newTip
 	}
 }
@@ -525,41 +572,17 @@ func sameCommit(verdictCommit, decisionCommit, resolved string) bool {
 func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string, error) {
 	o := l.o
 	out.Parent = tip
-	// 4. Landing policy on the diff from the merge base to the approved commit.
-	if err := o.Rules.TargetAllowed(l.target); err != nil {
-		return "", err
-	}
-	tipTree, err := l.cat.Get(tip + "^{tree}")
-	if err != nil {
-		return "", err
-	}
 	// The squash and its patch-id run beside the merge base, the policy
 	// diff and the policy (most likely started before the checks).
 	sp := l.at(tip, l.approved.ID)
-	changes, err := sp.policyChanges()
-	if errors.Is(err, patch.ErrNoMergeBase) {
-		return "", policy.Refuse("conflict",
-			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.ID)),
-			"rebase the work onto the target and review again")
-	}
-	if err != nil {
+	// 4. Landing policy on the diff from the merge base to the approved commit.
+	if err := l.checkPolicy(sp, tip, out); err != nil {
 		return "", err
-	}
-	out.Files = out.Files[:0]
-	for _, c := range changes {
-		out.Files = append(out.Files, c.Path)
-	}
-	exists, err := l.existsAt(tipTree)
-	if err != nil {
-		return "", err
-	}
-	if rs := o.Rules.CheckChangesOn(changes, policy.Tree{Exists: exists, Link: l.linkAt(tipTree)}); len(rs) > 0 {
-		return "", combine(rs)
 	}
 	o.Fault("policy")
 
 	// 5. Squash onto the tip: a tree, no checkout; its patch-id measured
-	// from that tree (speculate.go).
+	// from that tree (patchid.go).
 	res := sp.squash()
 	if res.err != nil {
 		var rf *policy.Refusal
@@ -568,49 +591,33 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		}
 		return "", res.err
 	}
-	tree, pid := res.tree, res.pid
-	out.Tree = tree
+	out.Tree = res.tree
 	o.Fault("squash")
 
-	// 6. The squash's patch-id equals the reviewed one.
-	if pid != l.v.PatchID {
-		return "", policy.Refuse("patch-id-mismatch",
-			fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(pid), l.v.PatchID),
-			"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
+	// 6. The squash's patch-id, measured from its tree, equals the
+	// reviewed one (patchid.go).
+	if rf := checkPatchID(tip, res, l.v.PatchID); rf != nil {
+		return "", rf
 	}
-	out.PatchID = pid
+	out.PatchID = res.pid
 
 	// The target's checked-out worktree, if any, must be able to follow.
 	wt, err := l.targetWorktree(ctx)
 	if err != nil {
 		return "", err
 	}
-	gate := o.Rules.Gate()
-	out.Mode = ModeTree
-	if o.Worktree || needsFiles(gate) {
-		out.Mode = ModeWorktree
-	}
 	if wt != nil {
-		if err := wt.check(ctx, tip, tree); err != nil {
+		if err := wt.check(ctx, tip, res.tree); err != nil {
 			return "", err
 		}
 	}
 
 	// 7. The gate, on exactly this tree.
-	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
-	out.Gate = results
-	if err != nil {
+	if err := l.gateTree(ctx, tip, res.tree, out); err != nil {
 		return "", err
 	}
-	if len(results) > 0 && !results[len(results)-1].OK {
-		return "", gateFailed(results)
-	}
-	o.Fault("gate")
-	if len(results) > 0 {
-		l.now = o.Now() // the commit is made after its gate
-	}
 
-	msg := l.message(pid)
+	msg := l.message(res.pid)
 	if o.DryRun {
 		// What a real landing checks right before its compare-and-swap.
 		if err := l.recheck(ctx, false); err != nil {
@@ -622,7 +629,67 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 
 	// 8. Commit once, move the target by compare-and-swap.
-	return l.commit(ctx, tip, tree, msg, wt, out)
+	return l.commit(ctx, tip, res.tree, msg, wt, out)
+}
+
+// checkPolicy is step 4: the target is one the policy lets land on, and
+// the changes from the merge base to the approved commit obey the landing
+// policy on the tip's tree. It lists the changed files in out.
+func (l *lander) checkPolicy(sp *speculation, tip string, out *Outcome) error {
+	o := l.o
+	if err := o.Rules.TargetAllowed(l.target); err != nil {
+		return err
+	}
+	tipTree, err := l.cat.Get(tip + "^{tree}")
+	if err != nil {
+		return err
+	}
+	changes, err := sp.policyChanges()
+	if errors.Is(err, patch.ErrNoMergeBase) {
+		return policy.Refuse("conflict",
+			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.ID)),
+			"rebase the work onto the target and review again")
+	}
+	if err != nil {
+		return err
+	}
+	out.Files = out.Files[:0]
+	for _, c := range changes {
+		out.Files = append(out.Files, c.Path)
+	}
+	exists, err := l.existsAt(tipTree)
+	if err != nil {
+		return err
+	}
+	if rs := o.Rules.CheckChangesOn(changes, policy.Tree{Exists: exists, Link: l.linkAt(tipTree)}); len(rs) > 0 {
+		return combine(rs)
+	}
+	return nil
+}
+
+// gateTree is step 7: the gate runs on exactly tree (in a scratch
+// worktree when a command needs files, else in an empty folder) and must
+// pass (gate-failed). A landing with a gate commits at the gate's end.
+func (l *lander) gateTree(ctx context.Context, tip, tree string, out *Outcome) error {
+	o := l.o
+	gate := o.Rules.Gate()
+	out.Mode = ModeTree
+	if o.Worktree || needsFiles(gate) {
+		out.Mode = ModeWorktree
+	}
+	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
+	out.Gate = results
+	if err != nil {
+		return err
+	}
+	if len(results) > 0 && !results[len(results)-1].OK {
+		return gateFailed(results)
+	}
+	o.Fault("gate")
+	if len(results) > 0 {
+		l.now = o.Now() // the commit is made after its gate
+	}
+	return nil
 }
 
 func orNone(s string) string {

@@ -3,7 +3,6 @@ package land
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/conductor-dev/conductor/patch"
@@ -18,13 +17,6 @@ import (
 // documented order; a refusal discards what was started. What is started
 // writes no ref: merge-tree writes unreferenced trees at most, left for git
 // gc. All of it is waited for before the landing returns.
-
-// squashed is the squash of the approved commit onto a tip: its tree and
-// the patch-id of the canonical diff from the tip's tree to that tree.
-type squashed struct {
-	tree, pid string
-	err       error
-}
 
 // speculation is the git work of one (tip, approved) pair.
 type speculation struct {
@@ -66,64 +58,6 @@ func (l *lander) at(tip, approved string) *speculation {
 		s.sq = l.squashAndMeasure(ctx, tip, approved)
 	}()
 	return s
-}
-
-// squashAndMeasure squashes the approved commit onto tip (squashTree) and
-// measures the squash's patch-id: the canonical diff from the tip's tree to
-// the squash's tree, the tree that lands, on every path. This is the one
-// place the binding patch-id of a landing is computed.
-func (l *lander) squashAndMeasure(ctx context.Context, tip, approved string) squashed {
-	tree, err := l.squashTree(ctx, tip, approved)
-	if err != nil {
-		return squashed{err: err}
-	}
-	tipTree, err := l.cat.Get(tip + "^{tree}")
-	if err != nil {
-		return squashed{err: err}
-	}
-	if tipTree.ID == "" {
-		return squashed{err: fmt.Errorf("squash onto %s: the tip has no tree", short(tip))}
-	}
-	d, err := l.differ()
-	if err != nil {
-		return squashed{err: err}
-	}
-	pid, err := d.Diff(ctx, tipTree.ID, tree, nil)
-	if err != nil {
-		return squashed{tree: tree, err: fmt.Errorf("patch-id of the squash onto %s: %w", short(tip), err)}
-	}
-	return squashed{tree: tree, pid: pid}
-}
-
-// squashTree is the tree of the approved commit squashed onto tip. When
-// tip is the approved commit's only parent (the target did not move since
-// the work's base) it is the approved commit's own tree, which is what
-// `git merge-tree` gives then (TestSquashMatchesMergeTree checks it on a
-// random corpus); otherwise `git merge-tree --write-tree` squashes, or
-// refuses with the conflicting paths. Either way the patch-id is measured
-// from the tree it returns (squashAndMeasure), never taken from elsewhere.
-func (l *lander) squashTree(ctx context.Context, tip, approved string) (string, error) {
-	if tree, ok := l.quietTarget(tip, approved); ok {
-		return tree, nil
-	}
-	return l.mergeTree(ctx, tip, approved)
-}
-
-// quietTarget returns the approved commit's tree when tip is its only
-// parent.
-func (l *lander) quietTarget(tip, approved string) (string, bool) {
-	if l.cat == nil || !git.IsObjectID(approved) {
-		return "", false
-	}
-	o, err := l.cat.Get(approved + "^{commit}")
-	if err != nil || o.Type != "commit" {
-		return "", false
-	}
-	c, err := git.ParseCommit(o.ID, o.Content)
-	if err != nil || len(c.Parents) != 1 || c.Parents[0] != tip {
-		return "", false
-	}
-	return c.Tree, true
 }
 
 // mergeBase returns the merge base of tip and the approved commit; ""

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -111,29 +110,6 @@ func (l *lander) linkAt(root git.Object) func(string) (string, bool) {
 		}
 		return "", false
 	}
-}
-
-// mergeTree merges the approved commit onto tip without a checkout and
-// returns the resulting tree, or a conflict refusal: the reference squash.
-func (l *lander) mergeTree(ctx context.Context, tip, approved string) (string, error) {
-	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, approved)
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 1 && len(lines) > 1 {
-			r := policy.Refuse("conflict",
-				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", short(tip), len(lines)-1),
-				"rebase the work onto the target, review and approve again, then land")
-			r.Detail = strings.Join(lines[1:], "\n")
-			return "", r
-		}
-		return "", fmt.Errorf("squash onto %s: %w", short(tip), err)
-	}
-	tree := strings.TrimSpace(lines[0])
-	if len(tree) < 40 {
-		return "", fmt.Errorf("squash onto %s: unexpected merge-tree output %q", short(tip), out)
-	}
-	return tree, nil
 }
 
 // gate runs the gate on exactly tree, in a scratch root under the data

@@ -1,0 +1,61 @@
+package land
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/conductor-dev/conductor/policy"
+)
+
+// Where landing checks the patch-id: this file. The binding patch-id of a
+// landing is measured from the tree that lands — the canonical diff from
+// the target tip's tree to the squash's tree (patch.TreeDiffer, the same
+// diff and patch-id `conductor extract` and review use) — on every path,
+// and compared with the patch-id the approving verdict recorded. Nothing
+// else (the policy diff, the approved commit's own diff) stands in for it.
+
+// squashed is the squash of the approved commit onto a tip: its tree and
+// the patch-id of the canonical diff from the tip's tree to that tree.
+type squashed struct {
+	tree, pid string
+	err       error
+}
+
+// squashAndMeasure squashes the approved commit onto tip (squashTree) and
+// measures the squash's patch-id: the canonical diff from the tip's tree to
+// the squash's tree, the tree that lands, on every path. This is the one
+// place the binding patch-id of a landing is computed.
+func (l *lander) squashAndMeasure(ctx context.Context, tip, approved string) squashed {
+	tree, err := l.squashTree(ctx, tip, approved)
+	if err != nil {
+		return squashed{err: err}
+	}
+	tipTree, err := l.cat.Get(tip + "^{tree}")
+	if err != nil {
+		return squashed{err: err}
+	}
+	if tipTree.ID == "" {
+		return squashed{err: fmt.Errorf("squash onto %s: the tip has no tree", short(tip))}
+	}
+	d, err := l.differ()
+	if err != nil {
+		return squashed{err: err}
+	}
+	pid, err := d.Diff(ctx, tipTree.ID, tree, nil)
+	if err != nil {
+		return squashed{tree: tree, err: fmt.Errorf("patch-id of the squash onto %s: %w", short(tip), err)}
+	}
+	return squashed{tree: tree, pid: pid}
+}
+
+// checkPatchID refuses a squash whose measured patch-id is not the one the
+// verdict approved (patch-id-mismatch): the change as it would land is not
+// the change that was reviewed.
+func checkPatchID(tip string, sq squashed, reviewed string) *policy.Refusal {
+	if sq.pid == reviewed {
+		return nil
+	}
+	return policy.Refuse("patch-id-mismatch",
+		fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(sq.pid), reviewed),
+		"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
+}
