@@ -3,6 +3,7 @@ package land
 import (
 	"context"
 	"fmt"
+	"io"
 
 	"github.com/conductor-dev/conductor/policy"
 )
@@ -22,30 +23,39 @@ type squashed struct {
 }
 
 // squashAndMeasure squashes the approved commit onto tip (squashTree) and
-// measures the squash's patch-id: the canonical diff from the tip's tree to
-// the squash's tree, the tree that lands, on every path. This is the one
-// place the binding patch-id of a landing is computed.
+// measures the squash's patch-id (measure).
 func (l *lander) squashAndMeasure(ctx context.Context, tip, approved string) squashed {
 	tree, err := l.squashTree(ctx, tip, approved)
 	if err != nil {
 		return squashed{err: err}
 	}
+	pid, err := l.measure(ctx, tip, tree, nil)
+	return squashed{tree: tree, pid: pid, err: err}
+}
+
+// measure is the one place the binding patch-id of a landing is computed:
+// the patch-id of the canonical diff from tip's tree to tree, the squash's
+// tree, the tree that lands. The diff goes to w too when w is not nil (a
+// target that did not move: that diff is also the policy diff, since the
+// merge base is the tip and the squash the approved tree, so one git
+// process serves both).
+func (l *lander) measure(ctx context.Context, tip, tree string, w io.Writer) (string, error) {
 	tipTree, err := l.cat.Get(tip + "^{tree}")
 	if err != nil {
-		return squashed{err: err}
+		return "", err
 	}
 	if tipTree.ID == "" {
-		return squashed{err: fmt.Errorf("squash onto %s: the tip has no tree", short(tip))}
+		return "", fmt.Errorf("squash onto %s: the tip has no tree", short(tip))
 	}
 	d, err := l.differ()
 	if err != nil {
-		return squashed{err: err}
+		return "", err
 	}
-	pid, err := d.Diff(ctx, tipTree.ID, tree, nil)
+	pid, err := d.Diff(ctx, tipTree.ID, tree, w)
 	if err != nil {
-		return squashed{tree: tree, err: fmt.Errorf("patch-id of the squash onto %s: %w", short(tip), err)}
+		return "", fmt.Errorf("patch-id of the squash onto %s: %w", short(tip), err)
 	}
-	return squashed{tree: tree, pid: pid}
+	return pid, nil
 }
 
 // checkPatchID refuses a squash whose measured patch-id is not the one the

@@ -3,6 +3,7 @@ package land
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 
 	"github.com/conductor-dev/conductor/patch"
@@ -46,11 +47,34 @@ func (l *lander) at(tip, approved string) *speculation {
 	}
 	l.specs[key] = s
 	ctx := l.bg
-	l.wg.Add(2)
+	l.wg.Add(1)
+	if quietTree, quiet := l.quietTarget(tip, approved); quiet {
+		// The target did not move since the work's base: the squash is the
+		// approved tree, and the one diff of the tip's tree to it is both
+		// the policy diff and the squash's measured patch-id.
+		go func() {
+			defer l.wg.Done()
+			defer close(s.sqDone)
+			defer close(s.chDone)
+			var pid string
+			s.changes, pid, s.chErr = l.changes(ctx, tip, approved, func(w io.Writer) (string, error) {
+				return l.measure(ctx, tip, quietTree, w)
+			})
+			s.sq = squashed{tree: quietTree, pid: pid, err: s.chErr}
+		}()
+		return s
+	}
+	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		defer close(s.chDone)
-		s.changes, s.chErr = l.changes(ctx, tip, approved)
+		s.changes, _, s.chErr = l.changes(ctx, tip, approved, func(w io.Writer) (string, error) {
+			d, err := l.differ()
+			if err != nil {
+				return "", err
+			}
+			return d.DiffFromMergeBase(ctx, tip, approved, w)
+		})
 	}()
 	go func() {
 		defer l.wg.Done()

@@ -186,10 +186,13 @@ func TestSquashMatchesMergeTree(t *testing.T) {
 	defer l.cat.Close()
 	l.startDiffer()
 	defer l.closeDiffer()
+	defer l.wg.Wait()
 	quiet, conflicts, clean := 0, 0, 0
 	for i, c := range cases {
 		tip, work := ids[i][0], ids[i][1]
-		got := l.squashAndMeasure(ctx, tip, work)
+		sp := l.at(tip, work) // what a landing runs
+		got := sp.squash()
+		sp.policyChanges()
 		if _, ok := l.quietTarget(tip, work); ok != c.quiet {
 			t.Fatalf("case %d: quiet path %v, want %v", i, ok, c.quiet)
 		}

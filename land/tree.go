@@ -17,36 +17,37 @@ import (
 )
 
 // changes parses the canonical diff from the merge base of tip and the
-// approved commit to the approved commit into policy changes (one git
-// process finds the base and diffs). patch.ErrNoMergeBase when they share
-// no history. (The landing's patch-id is not this diff's: it is measured
-// from the squash, squashAndMeasure.)
-func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Change, error) {
+// approved commit to the approved commit, which diff writes (and whose
+// patch-id it returns), into policy changes. patch.ErrNoMergeBase when
+// they share no history.
+func (l *lander) changes(ctx context.Context, tip, approved string, diff func(io.Writer) (string, error)) ([]policy.Change, string, error) {
 	pr, pw := io.Pipe()
-	done := make(chan error, 1)
+	type diffed struct {
+		pid string
+		err error
+	}
+	done := make(chan diffed, 1)
 	go func() {
-		d, err := l.differ()
-		if err == nil {
-			_, err = d.DiffFromMergeBase(ctx, tip, approved, pw)
-		}
+		pid, err := diff(pw)
 		pw.CloseWithError(err)
-		done <- err
+		done <- diffed{pid, err}
 	}()
 	cs, perr := policy.ParseChanges(pr)
 	if perr == nil {
 		_, perr = io.Copy(io.Discard, pr)
 	}
 	pr.CloseWithError(errors.New("diff consumer stopped"))
-	if err := <-done; err != nil {
-		if errors.Is(err, patch.ErrNoMergeBase) {
-			return nil, err
+	r := <-done
+	if r.err != nil {
+		if errors.Is(r.err, patch.ErrNoMergeBase) {
+			return nil, "", r.err
 		}
-		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), err)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), r.err)
 	}
 	if perr != nil {
-		return nil, fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
 	}
-	return cs, nil
+	return cs, r.pid, nil
 }
 
 // existsAt answers "does this path exist in the tip's tree?" for the
