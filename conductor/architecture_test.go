@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,6 +57,7 @@ type pkgInfo struct {
 	imports map[string]bool // our packages, relative to the module
 	all     map[string]bool // every import path
 	runsGit []string        // file:line of exec.Command("git", …)
+	deletes []string        // file:line of a call that may delete git objects
 }
 
 func loadPackages(t *testing.T) map[string]*pkgInfo {
@@ -109,6 +111,9 @@ func loadPackages(t *testing.T) map[string]*pkgInfo {
 			if !ok {
 				return true
 			}
+			if deletesObjects(call) {
+				p.deletes = append(p.deletes, fset.Position(call.Pos()).String())
+			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
 			if !ok || (sel.Sel.Name != "Command" && sel.Sel.Name != "CommandContext") {
 				return true
@@ -143,6 +148,61 @@ func under(pkg string, set []string) bool {
 		}
 		return pkg == s || strings.HasPrefix(pkg, s+"/")
 	})
+}
+
+// objectDeleters are git subcommands that delete objects (or may: gc,
+// prune, repack -d, prune-packed, git's "maintenance").
+var objectDeleters = map[string]bool{`"gc"`: true, `"prune"`: true, `"prune-packed"`: true, `"repack"`: true, `"maintenance"`: true}
+
+// deletesObjects reports a call that may delete objects from a repository:
+// a git subcommand of objectDeleters given as the first string argument
+// (as in g.Run(ctx, "gc")), a go-git DeleteLooseObject or
+// DeleteOldObjectPackAndIndex, or an os.Remove/RemoveAll whose argument
+// names an "objects" folder.
+func deletesObjects(call *ast.CallExpr) bool {
+	var name string
+	switch f := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		name = f.Sel.Name
+		if x, ok := f.X.(*ast.Ident); ok && x.Name == "os" && (name == "Remove" || name == "RemoveAll") {
+			found := false
+			for _, a := range call.Args {
+				ast.Inspect(a, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.BasicLit); ok && strings.Contains(lit.Value, "objects") {
+						found = true
+					}
+					if id, ok := n.(*ast.Ident); ok && strings.Contains(strings.ToLower(id.Name), "objects") {
+						found = true
+					}
+					return !found
+				})
+			}
+			return found
+		}
+	case *ast.Ident:
+		name = f.Name
+	}
+	if name == "DeleteLooseObject" || name == "DeleteOldObjectPackAndIndex" {
+		return true
+	}
+	for _, a := range call.Args {
+		if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			return objectDeleters[lit.Value]
+		}
+	}
+	return false
+}
+
+// TestNothingDeletesObjects: no production code deletes an object from a
+// repository (a landing's refusal leaves what it wrote for git gc, as git
+// itself does; land's TestRefusalKeepsEveryObject checks the behaviour).
+func TestNothingDeletesObjects(t *testing.T) {
+	pkgs := loadPackages(t)
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		if p := pkgs[name]; len(p.deletes) > 0 && !strings.HasPrefix(name, "scripts/") && !under(name, doubles) {
+			t.Errorf("%s may delete git objects (%s): nothing in conductor does", name, strings.Join(p.deletes, ", "))
+		}
+	}
 }
 
 func sortedKeys(m map[string]bool) []string {
