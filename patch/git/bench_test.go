@@ -12,7 +12,7 @@ import (
 // repository of 10,000 files in 2,000 folders, its ref read, its commit,
 // root tree and one folder read by id. docs/adr-git-objects.md quotes it.
 func BenchmarkObjectsCold(b *testing.B) {
-	r := &repo{t: &testing.T{}, gitDir: b.TempDir() + "/r.git", home: b.TempDir()}
+	r := &repo{t: b, gitDir: b.TempDir() + "/r.git", home: b.TempDir()}
 	var s bytes.Buffer
 	s.WriteString("commit refs/heads/main\ncommitter T <t@example.test> 1 +0000\ndata 1\nx\n")
 	for i := range 10000 {

@@ -18,7 +18,7 @@ import (
 // repo is a real repository for the tests: a bare git dir and an isolated
 // git to run in it.
 type repo struct {
-	t      *testing.T
+	t      testing.TB
 	gitDir string
 	home   string
 }
