@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,8 +24,13 @@ const module = "github.com/conductor-dev/conductor"
 // leaves included, may import.
 const vocabulary = "conductor/refusal"
 
-// leaves import nothing of ours but the vocabulary.
-var leaves = []string{"conductor/refusal", "patch", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
+// leaves import nothing of ours but the vocabulary (and what leafImports
+// allows).
+var leaves = []string{"conductor/refusal", "patch", "patch/git", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
+
+// leafImports is what a leaf may import all the same: patch (diffs) is
+// built on patch/git (running git, refs, objects), itself a leaf.
+var leafImports = map[string][]string{"patch": {"patch/git"}}
 
 // doubles are test doubles and test harnesses: production code never
 // imports them (scripts/, the benchmark and test helpers, may). The
@@ -39,10 +45,10 @@ var doubles = []string{
 // them, directly or through another package.
 var credentialed = []string{"conductor/forge"}
 
-// gitRunners may start the git CLI themselves: the one git helper, the
-// benchmark (its floor is the git CLI, run directly on purpose) and the
-// forge double (it plays a git server).
-var gitRunners = []string{"patch", "scripts/bench", "conductor/forge/fakegitea"}
+// gitRunners may start the git CLI themselves: the one git helper
+// (patch/git), the benchmark (its floor is the git CLI, run directly on
+// purpose) and the forge double (it plays a git server).
+var gitRunners = []string{"patch/git", "scripts/bench", "conductor/forge/fakegitea"}
 
 // apart lists pairs of peers that never import each other: the worker
 // (runtask) and landing (land) meet only through the store and the run
@@ -56,6 +62,7 @@ type pkgInfo struct {
 	imports map[string]bool // our packages, relative to the module
 	all     map[string]bool // every import path
 	runsGit []string        // file:line of exec.Command("git", …)
+	deletes []string        // file:line of a call that may delete git objects
 }
 
 func loadPackages(t *testing.T) map[string]*pkgInfo {
@@ -109,6 +116,9 @@ func loadPackages(t *testing.T) map[string]*pkgInfo {
 			if !ok {
 				return true
 			}
+			if deletesObjects(call) {
+				p.deletes = append(p.deletes, fset.Position(call.Pos()).String())
+			}
 			sel, ok := call.Fun.(*ast.SelectorExpr)
 			if !ok || (sel.Sel.Name != "Command" && sel.Sel.Name != "CommandContext") {
 				return true
@@ -145,6 +155,61 @@ func under(pkg string, set []string) bool {
 	})
 }
 
+// objectDeleters are git subcommands that delete objects (or may: gc,
+// prune, repack -d, prune-packed, git's "maintenance").
+var objectDeleters = map[string]bool{`"gc"`: true, `"prune"`: true, `"prune-packed"`: true, `"repack"`: true, `"maintenance"`: true}
+
+// deletesObjects reports a call that may delete objects from a repository:
+// a git subcommand of objectDeleters given as the first string argument
+// (as in g.Run(ctx, "gc")), a go-git DeleteLooseObject or
+// DeleteOldObjectPackAndIndex, or an os.Remove/RemoveAll whose argument
+// names an "objects" folder.
+func deletesObjects(call *ast.CallExpr) bool {
+	var name string
+	switch f := call.Fun.(type) {
+	case *ast.SelectorExpr:
+		name = f.Sel.Name
+		if x, ok := f.X.(*ast.Ident); ok && x.Name == "os" && (name == "Remove" || name == "RemoveAll") {
+			found := false
+			for _, a := range call.Args {
+				ast.Inspect(a, func(n ast.Node) bool {
+					if lit, ok := n.(*ast.BasicLit); ok && strings.Contains(lit.Value, "objects") {
+						found = true
+					}
+					if id, ok := n.(*ast.Ident); ok && strings.Contains(strings.ToLower(id.Name), "objects") {
+						found = true
+					}
+					return !found
+				})
+			}
+			return found
+		}
+	case *ast.Ident:
+		name = f.Name
+	}
+	if name == "DeleteLooseObject" || name == "DeleteOldObjectPackAndIndex" {
+		return true
+	}
+	for _, a := range call.Args {
+		if lit, ok := a.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			return objectDeleters[lit.Value]
+		}
+	}
+	return false
+}
+
+// TestNothingDeletesObjects: no production code deletes an object from a
+// repository (a landing's refusal leaves what it wrote for git gc, as git
+// itself does; land's TestRefusalKeepsEveryObject checks the behaviour).
+func TestNothingDeletesObjects(t *testing.T) {
+	pkgs := loadPackages(t)
+	for _, name := range slices.Sorted(maps.Keys(pkgs)) {
+		if p := pkgs[name]; len(p.deletes) > 0 && !strings.HasPrefix(name, "scripts/") && !under(name, doubles) {
+			t.Errorf("%s may delete git objects (%s): nothing in conductor does", name, strings.Join(p.deletes, ", "))
+		}
+	}
+}
+
 func sortedKeys(m map[string]bool) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -165,7 +230,7 @@ func TestImportRules(t *testing.T) {
 		p := pkgs[name]
 		tool := name == "cmd/conductor" || strings.HasPrefix(name, "scripts/")
 		for _, imp := range sortedKeys(p.imports) {
-			if slices.Contains(leaves, name) && (imp != vocabulary || name == vocabulary) {
+			if slices.Contains(leaves, name) && !slices.Contains(leafImports[name], imp) && (imp != vocabulary || name == vocabulary) {
 				t.Errorf("%s imports %s: it is a leaf and imports nothing of ours (but %s)", name, imp, vocabulary)
 			}
 			if under(name, []string{"conductor/bus"}) && under(imp, []string{"policy"}) {
@@ -187,7 +252,7 @@ func TestImportRules(t *testing.T) {
 			t.Errorf("%s imports urfave/cli: only cmd/conductor parses flags", name)
 		}
 		if len(p.runsGit) > 0 && !under(name, gitRunners) {
-			t.Errorf("%s starts git itself (%s): run git through patch.Git", name, strings.Join(p.runsGit, ", "))
+			t.Errorf("%s starts git itself (%s): run git through patch/git (git.Git)", name, strings.Join(p.runsGit, ", "))
 		}
 	}
 	// The worker side never reaches a credential, not even transitively.

@@ -11,6 +11,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // AuditStore is what audit reads from the bus store.
@@ -22,7 +23,7 @@ type AuditStore interface {
 
 // AuditOptions select the commit to audit.
 type AuditOptions struct {
-	Git    patch.Git
+	Git    git.Git
 	Store  AuditStore // nil: the store checks are skipped (and say so)
 	Commit string
 }
@@ -76,136 +77,128 @@ func (r AuditReport) Refusal() *refusal.Refusal {
 	return rf
 }
 
-// Print writes the report for people or as one JSON object.
-func (r AuditReport) Print(w io.Writer, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(w).Encode(r)
-	}
-	status := "ok"
-	if !r.OK {
-		status = "MISMATCH"
-	}
-	if _, err := fmt.Fprintf(w, "audit %s: %s\n  patch-id %s (re-derived)\n", r.Commit, status, orNone(r.PatchID)); err != nil {
-		return err
-	}
-	for _, c := range r.Checks {
-		mark := "ok  "
-		if !c.OK {
-			mark = "FAIL"
-		}
-		line := fmt.Sprintf("  %s %s", mark, c.Name)
-		if !c.OK && (c.Want != "" || c.Got != "") {
-			line += fmt.Sprintf(": want %s, got %s", orNone(c.Want), orNone(c.Got))
-		}
-		if c.Detail != "" {
-			line += " (" + c.Detail + ")"
-		}
-		if _, err := fmt.Fprintln(w, line); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Audit re-derives the binding patch-id of commit from its first-parent
 // diff and checks it against the commit's trailers, its receipt note on
 // NotesRef and the store's landing, decision and verdict.
 func Audit(ctx context.Context, o AuditOptions) (AuditReport, error) {
-	g := patch.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config, Scratch: o.Git.Scratch}
+	g := git.Git{GitDir: o.Git.CommonDir(), Env: o.Git.Env, Config: o.Git.Config, Scratch: o.Git.Scratch}
 	c, err := readCommit(ctx, g, o.Commit)
 	if err != nil {
 		return AuditReport{}, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
-	rep := AuditReport{Commit: c.OID}
-	parent := emptyTree
+	rep := AuditReport{Commit: c.ID}
+	parent := git.EmptyTree
 	if len(c.Parents) > 0 {
 		parent = c.Parents[0]
 	}
-	if rep.PatchID, err = patch.DiffTrees(ctx, g, parent, c.OID, io.Discard); err != nil {
+	if rep.PatchID, err = patch.DiffTrees(ctx, g, parent, c.ID, io.Discard); err != nil {
 		return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
-	check := func(name, want, got string) {
-		rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: want == got && want != "", Want: want, Got: got})
-	}
-	note := func(name, detail string, ok bool) {
-		rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: ok, Detail: detail})
-	}
-
-	_, ts := splitTrailers(c.Message)
-	tr := map[string]string{}
-	keys := []string{"Decision-Id", "Reviewed-Commit", "Patch-Id", "Run-Id", "Model"}
-	for _, k := range keys {
-		tr[k] = trailer(ts, k)
-	}
-	if tr["Decision-Id"] == "" && tr["Reviewed-Commit"] == "" && tr["Patch-Id"] == "" {
-		// Not a landing at all: say that, not a list of everything missing.
-		note("receipt trailers", "none: this commit was not landed by conductor land (no Decision-Id, Reviewed-Commit or Patch-Id)", false)
+	tr, ok := rep.checkTrailers(c.Message)
+	if !ok {
 		return rep, nil
 	}
-	for _, k := range keys {
-		if tr[k] == "" {
-			note("trailer "+k, "missing", false)
-		}
-	}
-	rep.Decision = tr["Decision-Id"]
-	check("trailer Patch-Id = re-derived patch-id", rep.PatchID, tr["Patch-Id"])
-
-	// The receipt note.
-	raw, err := g.Run(ctx, "notes", "--ref="+NotesRef, "show", c.OID)
-	var rc Receipt
-	switch {
-	case err != nil:
-		note("note on "+NotesRef, "missing", false)
-	case json.Unmarshal(raw, &rc) != nil:
-		note("note on "+NotesRef, "not a conductor receipt (bad JSON)", false)
-	default:
-		check("note patchId = re-derived patch-id", rep.PatchID, rc.PatchID)
-		check("note decision = trailer Decision-Id", tr["Decision-Id"], rc.Decision)
-		check("note reviewedCommit = trailer Reviewed-Commit", tr["Reviewed-Commit"], rc.ReviewedCommit)
-		check("note run = trailer Run-Id", tr["Run-Id"], rc.Run)
-		check("note model = trailer Model", tr["Model"], rc.Model)
-	}
-
-	// The store.
-	switch {
-	case o.Store == nil:
-		note("store", "not checked (no store)", true)
-	case rep.Decision == "":
-	default:
-		l, err := o.Store.GetLanding(ctx, rep.Decision)
-		switch {
-		case errors.Is(err, bus.ErrNotFound):
-			note("store landing", "no landing recorded for "+rep.Decision, false)
-		case err != nil:
-			return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
-		default:
-			check("store landing commit = commit", c.OID, l.Commit)
-			check("store landing patchId = re-derived patch-id", rep.PatchID, l.PatchID)
-		}
-		d, err := o.Store.GetDecision(ctx, rep.Decision)
-		switch {
-		case errors.Is(err, bus.ErrNotFound):
-			note("store decision", "no decision "+rep.Decision, false)
-		case err != nil:
-			return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
-		default:
-			check("store decision commit = trailer Reviewed-Commit", tr["Reviewed-Commit"], d.Commit)
-			v, err := o.Store.LatestVerdict(ctx, d.WorkRef)
-			switch {
-			case errors.Is(err, bus.ErrNotFound):
-				note("store verdict", "no verdict for "+d.WorkRef, false)
-			case err != nil:
-				return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
-			case v.Commit != d.Commit:
-				note("store verdict", "the latest verdict on "+d.WorkRef+" is for a later commit; not compared", true)
-			default:
-				check("store verdict patchId = re-derived patch-id", rep.PatchID, v.PatchID)
-			}
-		}
+	rep.checkNote(ctx, g, c.ID, tr)
+	if err := rep.checkStore(ctx, o.Store, c.ID, tr); err != nil {
+		return rep, fmt.Errorf("audit %s: %w", o.Commit, err)
 	}
 	rep.OK = true
 	for _, ch := range rep.Checks {
 		rep.OK = rep.OK && ch.OK
 	}
 	return rep, nil
+}
+
+func (rep *AuditReport) check(name, want, got string) {
+	rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: want == got && want != "", Want: want, Got: got})
+}
+
+func (rep *AuditReport) note(name, detail string, ok bool) {
+	rep.Checks = append(rep.Checks, AuditCheck{Name: name, OK: ok, Detail: detail})
+}
+
+// checkTrailers reads the receipt trailers of msg and checks the Patch-Id
+// one against the re-derived patch-id; false when msg has none at all (not
+// a landing: the report says that, not a list of everything missing).
+func (rep *AuditReport) checkTrailers(msg string) (map[string]string, bool) {
+	_, ts := splitTrailers(msg)
+	tr := map[string]string{}
+	keys := []string{"Decision-Id", "Reviewed-Commit", "Patch-Id", "Run-Id", "Model"}
+	for _, k := range keys {
+		tr[k] = trailer(ts, k)
+	}
+	if tr["Decision-Id"] == "" && tr["Reviewed-Commit"] == "" && tr["Patch-Id"] == "" {
+		rep.note("receipt trailers", "none: this commit was not landed by conductor land (no Decision-Id, Reviewed-Commit or Patch-Id)", false)
+		return tr, false
+	}
+	for _, k := range keys {
+		if tr[k] == "" {
+			rep.note("trailer "+k, "missing", false)
+		}
+	}
+	rep.Decision = tr["Decision-Id"]
+	rep.check("trailer Patch-Id = re-derived patch-id", rep.PatchID, tr["Patch-Id"])
+	return tr, true
+}
+
+// checkNote checks the receipt note on NotesRef against the trailers and
+// the re-derived patch-id.
+func (rep *AuditReport) checkNote(ctx context.Context, g git.Git, commit string, tr map[string]string) {
+	raw, err := g.Run(ctx, "notes", "--ref="+NotesRef, "show", commit)
+	var rc Receipt
+	switch {
+	case err != nil:
+		rep.note("note on "+NotesRef, "missing", false)
+	case json.Unmarshal(raw, &rc) != nil:
+		rep.note("note on "+NotesRef, "not a conductor receipt (bad JSON)", false)
+	default:
+		rep.check("note patchId = re-derived patch-id", rep.PatchID, rc.PatchID)
+		rep.check("note decision = trailer Decision-Id", tr["Decision-Id"], rc.Decision)
+		rep.check("note reviewedCommit = trailer Reviewed-Commit", tr["Reviewed-Commit"], rc.ReviewedCommit)
+		rep.check("note run = trailer Run-Id", tr["Run-Id"], rc.Run)
+		rep.check("note model = trailer Model", tr["Model"], rc.Model)
+	}
+}
+
+// checkStore checks the store's landing, decision and verdict (when there
+// is a store).
+func (rep *AuditReport) checkStore(ctx context.Context, st AuditStore, commit string, tr map[string]string) error {
+	switch {
+	case st == nil:
+		rep.note("store", "not checked (no store)", true)
+		return nil
+	case rep.Decision == "":
+		return nil
+	}
+	l, err := st.GetLanding(ctx, rep.Decision)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		rep.note("store landing", "no landing recorded for "+rep.Decision, false)
+	case err != nil:
+		return err
+	default:
+		rep.check("store landing commit = commit", commit, l.Commit)
+		rep.check("store landing patchId = re-derived patch-id", rep.PatchID, l.PatchID)
+	}
+	d, err := st.GetDecision(ctx, rep.Decision)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		rep.note("store decision", "no decision "+rep.Decision, false)
+		return nil
+	case err != nil:
+		return err
+	}
+	rep.check("store decision commit = trailer Reviewed-Commit", tr["Reviewed-Commit"], d.Commit)
+	v, err := st.LatestVerdict(ctx, d.WorkRef)
+	switch {
+	case errors.Is(err, bus.ErrNotFound):
+		rep.note("store verdict", "no verdict for "+d.WorkRef, false)
+	case err != nil:
+		return err
+	case v.Commit != d.Commit:
+		rep.note("store verdict", "the latest verdict on "+d.WorkRef+" is for a later commit; not compared", true)
+	default:
+		rep.check("store verdict patchId = re-derived patch-id", rep.PatchID, v.PatchID)
+	}
+	return nil
 }

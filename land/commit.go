@@ -2,7 +2,6 @@ package land
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,15 +11,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // NotesRef holds the landing receipts.
 const NotesRef = "refs/notes/conductor"
-
-const zeroOID = "0000000000000000000000000000000000000000"
 
 // How long commit waits for a ref lock another git process holds: it
 // retries after lockRetryStart, doubling, up to lockRetryMax (about 1.5 s in
@@ -67,9 +66,9 @@ type ReceiptVote struct {
 // then the approved commit's trailers (written by review).
 func (l *lander) provenance() (runID, task, model string) {
 	_, ts := splitTrailers(l.approved.Message)
-	runID = cmp.Or(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
-	task = cmp.Or(l.run.TaskID, trailer(ts, "Task-Id"))
-	model = cmp.Or(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
+	runID = firstNonEmpty(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
+	task = firstNonEmpty(l.run.TaskID, trailer(ts, "Task-Id"))
+	model = firstNonEmpty(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
 	return
 }
 
@@ -86,7 +85,7 @@ func (l *lander) message(pid string) string {
 	b.WriteString(body)
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "Decision-Id: %s\n", l.d.ID)
-	fmt.Fprintf(&b, "Reviewed-Commit: %s\n", l.approved.OID)
+	fmt.Fprintf(&b, "Reviewed-Commit: %s\n", l.approved.ID)
 	fmt.Fprintf(&b, "Patch-Id: %s\n", pid)
 	fmt.Fprintf(&b, "Run-Id: %s\n", runID)
 	if task != "" {
@@ -103,7 +102,7 @@ func (l *lander) receipt(pid string, gate []GateResult) Receipt {
 		Decision:       l.d.ID,
 		Target:         l.target,
 		WorkRef:        l.d.WorkRef,
-		ReviewedCommit: l.approved.OID,
+		ReviewedCommit: l.approved.ID,
 		PatchID:        pid,
 		Task:           task,
 		Run:            runID,
@@ -125,74 +124,10 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	if err != nil {
 		return "", err
 	}
-	// The notes ref is shared by every target of the repository.
-	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
-	if err != nil {
+	moved, err := l.moveRefs(ctx, tip, landed, blob, committer)
+	if err != nil || !moved {
 		return "", err
 	}
-	defer nlock.release()
-	lockWait := lockRetryStart
-	for try := 0; ; try++ {
-		notesOld, notes, err := l.noteObjects(landed.oid, blob.oid, committer)
-		if err != nil {
-			return "", fmt.Errorf("receipt note: %w", err)
-		}
-		// Every object is in the store before a ref points at it (most
-		// likely written already, see prewrite).
-		l.waitPrewrites()
-		written := slices.Concat(l.trees, []looseObject{landed, blob}, notes)
-		if _, err := writeObjects(l.g.GitDir, written...); err != nil {
-			return "", err
-		}
-		if try == 0 {
-			o.Fault("commit")
-		}
-		// The gate window: the verdict and the work ref were read before
-		// the gate. The verdict is read again now, the work ref is verified
-		// inside the transaction that moves the target.
-		if err := l.recheck(ctx, false); err != nil {
-			return "", err
-		}
-		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
-			l.ref, landed.oid, tip, NotesRef, notes[len(notes)-1].oid, cmp.Or(notesOld, zeroOID))
-		upd := l.update
-		if l.update = nil; upd == nil {
-			upd = l.startUpdate(ctx)
-		}
-		_, err = upd.Run(tx)
-		if err == nil {
-			break
-		}
-		if lockFile, held := patch.HeldLock(err); held {
-			// Another git process holds a ref's lock: wait a little (it
-			// is most likely brief), then give up, retryably.
-			if lockWait <= lockRetryMax {
-				select {
-				case <-ctx.Done():
-					return "", ctx.Err()
-				case <-time.After(lockWait):
-				}
-				lockWait *= 2
-				continue
-			}
-			return "", fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
-		}
-		if rerr := l.recheck(ctx, true); rerr != nil {
-			return "", rerr // the work ref moved: the verify failed
-		}
-		objs, lerr := l.lookup(l.ref, NotesRef)
-		if lerr != nil {
-			return "", fmt.Errorf("move %s: %w", l.target, err)
-		}
-		if objs[0].OID != tip {
-			return "", nil // the target moved: the caller retries once
-		}
-		if objs[1].OID != notesOld && try < 3 {
-			continue // someone else wrote a note (outside conductor's lock): build on it
-		}
-		return "", fmt.Errorf("move %s: %w", l.target, err)
-	}
-	nlock.release()
 	o.Fault("update-ref")
 	// Landed: no diff is left to run, its git dir goes while the store
 	// records the landing.
@@ -201,49 +136,125 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 		defer l.wg.Done()
 		l.closeDiffer()
 	}()
-	out.Commit = landed.oid
+	out.Commit = landed.ID
 	out.Status = StatusLanded
 	if wt != nil {
-		if err := wt.sync(ctx, tip, landed.oid); err != nil {
+		if err := wt.sync(ctx, tip, landed.ID); err != nil {
 			out.Warning = fmt.Sprintf("landed, but the worktree %s (which has %s checked out) could not follow: %v; run `git -C %s read-tree -m -u %s %s`",
-				wt.path, l.target, err, wt.path, short(tip), short(landed.oid))
+				wt.path, l.target, err, wt.path, short(tip), short(landed.ID))
 		}
 	}
-	if err := l.record(ctx, landed.oid, out.PatchID, gateSummary(out.Gate)); err != nil {
+	if err := l.record(ctx, landed.ID, out.PatchID, gateSummary(out.Gate)); err != nil {
 		return "", err
 	}
 	o.Fault("record")
 	return StatusLanded, nil
 }
 
+// moveRefs writes the landed commit, its note blob and the notes tree and
+// commit, checks the verdict and the work ref once more, and moves the
+// target (compare-and-swap from tip) and the notes ref in one update-ref
+// transaction that also verifies the work ref. It waits briefly for a ref
+// lock another git holds, rebuilds the note on a notes ref someone else
+// moved, and returns false (no error) when the target moved.
+func (l *lander) moveRefs(ctx context.Context, tip string, landed, blob git.Loose, committer git.Signature) (bool, error) {
+	o := l.o
+	// The notes ref is shared by every target of the repository.
+	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
+	if err != nil {
+		return false, err
+	}
+	defer nlock.release()
+	lockWait := lockRetryStart
+	for try := 0; ; try++ {
+		notesOld, notes, err := l.noteObjects(landed.ID, blob.ID, committer)
+		if err != nil {
+			return false, fmt.Errorf("receipt note: %w", err)
+		}
+		// Every object is in the store before a ref points at it.
+		if err := git.WriteLoose(l.g.GitDir, append([]git.Loose{landed, blob}, notes...)...); err != nil {
+			return false, err
+		}
+		if try == 0 {
+			o.Fault("commit")
+		}
+		// The gate window: the verdict and the work ref were read before
+		// the gate. The verdict is read again now, the work ref is verified
+		// inside the transaction that moves the target.
+		if err := l.recheck(ctx, false); err != nil {
+			return false, err
+		}
+		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
+			l.ref, landed.ID, tip, NotesRef, notes[len(notes)-1].ID, firstNonEmpty(notesOld, git.ZeroID))
+		upd := l.update
+		if l.update = nil; upd == nil {
+			upd = l.startUpdate(ctx)
+		}
+		_, err = upd.Run(tx)
+		if err == nil {
+			return true, nil
+		}
+		if lockFile, held := git.HeldLock(err); held {
+			// Another git process holds a ref's lock: wait a little (it
+			// is most likely brief), then give up, retryably.
+			if lockWait <= lockRetryMax {
+				select {
+				case <-ctx.Done():
+					return false, ctx.Err()
+				case <-time.After(lockWait):
+				}
+				lockWait *= 2
+				continue
+			}
+			return false, fmt.Errorf("move %s: another git process holds %s (nothing was changed): land again once it is done, or remove the file if no git process is running", l.target, lockFile)
+		}
+		if rerr := l.recheck(ctx, true); rerr != nil {
+			return false, rerr // the work ref moved: the verify failed
+		}
+		objs, lerr := l.lookup(l.ref, NotesRef)
+		if lerr != nil {
+			return false, fmt.Errorf("move %s: %w", l.target, err)
+		}
+		if objs[0].ID != tip {
+			return false, nil // the target moved: the caller retries once
+		}
+		if objs[1].ID != notesOld && try < 3 {
+			continue // someone else wrote a note (outside conductor's lock): build on it
+		}
+		return false, fmt.Errorf("move %s: %w", l.target, err)
+	}
+}
+
 // startUpdate starts the `git update-ref --stdin` that moves the target and
 // the notes ref in one transaction once it is given their updates; their
 // reflog entries name the landing's committer.
-func (l *lander) startUpdate(ctx context.Context) *patch.Started {
+func (l *lander) startUpdate(ctx context.Context) *git.Started {
 	g := l.g.WithEnv("GIT_COMMITTER_NAME="+l.o.Committer.Name, "GIT_COMMITTER_EMAIL="+l.o.Committer.Email)
-	g.Timeout = landingGitTimeout // it waits for the gate
+	g.Timeout = git.LongTimeout // it waits for the gate
 	return g.Start(ctx, "update-ref", "-m", "conductor land "+l.d.ID, "--stdin")
 }
 
-// landingObjects builds the landed commit (msg on tree, parent tip) and its
-// receipt note's blob, and returns them with the committer ident.
-func (l *lander) landingObjects(tip, tree, msg, pid string, gate []GateResult) (landed, blob looseObject, committer string, err error) {
+// landingObjects builds the landed commit (msg on tree, parent tip, the
+// approved commit's author, the landing's committer) and its receipt
+// note's blob, and returns them with the committer.
+func (l *lander) landingObjects(tip, tree, msg, pid string, gate []GateResult) (landed, blob git.Loose, committer git.Signature, err error) {
 	o := l.o
-	committer, err = ident{Name: o.Committer.Name, Email: o.Committer.Email,
-		Date: fmt.Sprintf("%d %s", l.now.Unix(), l.now.Format("-0700"))}.line()
-	if err != nil {
-		return landed, blob, "", fmt.Errorf("committer: %w", err)
+	committer = git.NewSignature(o.Committer.Name, o.Committer.Email, l.now)
+	if err := git.CheckSignature(committer); err != nil {
+		return landed, blob, committer, fmt.Errorf("committer: %w", err)
 	}
-	author, err := l.approved.Author.line()
-	if err != nil {
-		return landed, blob, "", fmt.Errorf("author of %s: %w", short(l.approved.OID), err)
+	if err := git.CheckSignature(l.approved.Author); err != nil {
+		return landed, blob, committer, fmt.Errorf("author of %s: %w", short(l.approved.ID), err)
 	}
 	note, err := json.MarshalIndent(l.receipt(pid, gate), "", "  ")
 	if err != nil {
-		return landed, blob, "", err
+		return landed, blob, committer, err
 	}
-	landed = newObject("commit", []byte("tree "+tree+"\nparent "+tip+"\nauthor "+author+"\ncommitter "+committer+"\n\n"+msg))
-	return landed, newObject("blob", append(note, '\n')), committer, nil
+	raw, err := git.EncodeCommit(git.Commit{Tree: tree, Parents: []string{tip}, Author: l.approved.Author, Committer: committer, Message: msg})
+	if err != nil {
+		return landed, blob, committer, err
+	}
+	return git.NewLoose("commit", raw), git.NewLoose("blob", append(note, '\n')), committer, nil
 }
 
 // record writes the landing row; an existing row for the same commit is fine.
@@ -281,43 +292,43 @@ func gateSummary(rs []GateResult) string {
 
 // noteObjects builds the notes tree and commit that add the note blob to
 // commit on top of the notes ref's current value, and returns that value
-// ("" when absent) and the two objects, the commit last. who is the ident
-// of their author and committer.
-func (l *lander) noteObjects(commit, blob, who string) (string, []looseObject, error) {
-	var cur object
-	if ids, err := patch.ReadRefs(l.g.GitDir, NotesRef); err != nil || ids[0] != "" {
+// ("" when absent) and the new objects, the notes commit last. who is
+// their author and committer.
+func (l *lander) noteObjects(commit, blob string, who git.Signature) (string, []git.Loose, error) {
+	var cur git.Object
+	if ids, err := git.ReadRefs(l.g.GitDir, NotesRef); err != nil || ids[0] != "" {
 		name := NotesRef + "^{commit}" // broken: git says what it is
 		if err == nil {
-			name = ids[0] + "^{commit}" // no cat-file when the commit is loose
+			name = ids[0] + "^{commit}"
 		}
-		if cur, err = l.cat.get(name); err != nil {
+		if cur, err = l.cat.Get(name); err != nil {
 			return "", nil, err
 		}
 	}
-	var entries []treeEntry
-	if cur.OID != "" {
-		c, err := parseCommit(cur.OID, cur.Content)
+	var entries []git.TreeEntry
+	if cur.ID != "" {
+		c, err := git.ParseCommit(cur.ID, cur.Content)
 		if err != nil {
 			return "", nil, err
 		}
-		t, err := l.cat.get(c.Tree)
-		if err != nil {
-			return "", nil, err
-		}
-		if entries, err = parseTree(t.Content); err != nil {
-			return "", nil, fmt.Errorf("notes tree %s: %w", c.Tree, err)
+		var ok bool
+		if entries, ok = l.treeEntries(c.Tree); !ok {
+			return "", nil, fmt.Errorf("notes tree %s of %s unreadable", short(c.Tree), NotesRef)
 		}
 	}
 	objs, err := l.addNote(entries, commit, blob)
 	if err != nil {
 		return "", nil, err
 	}
-	body := "tree " + objs[len(objs)-1].oid + "\n"
-	if cur.OID != "" {
-		body += "parent " + cur.OID + "\n"
+	nc := git.Commit{Tree: objs[len(objs)-1].ID, Author: who, Committer: who, Message: "Notes added by 'conductor land'\n"}
+	if cur.ID != "" {
+		nc.Parents = []string{cur.ID}
 	}
-	body += "author " + who + "\ncommitter " + who + "\n\nNotes added by 'conductor land'\n"
-	return cur.OID, append(objs, newObject("commit", []byte(body))), nil
+	raw, err := git.EncodeCommit(nc)
+	if err != nil {
+		return "", nil, err
+	}
+	return cur.ID, append(objs, git.NewLoose("commit", raw)), nil
 }
 
 // maxFlatNotes is how many notes the notes tree holds at its top level
@@ -331,58 +342,58 @@ const maxFlatNotes = 256
 // of its first two hex digits ("ab/cdef…", git's own layout, which `git
 // notes` reads), so a landing rewrites two small trees however many notes
 // there are, not one tree of them all.
-func (l *lander) addNote(root []treeEntry, commit, blob string) ([]looseObject, error) {
+func (l *lander) addNote(root []git.TreeEntry, commit, blob string) ([]git.Loose, error) {
 	dir, rest := commit[:2], commit[2:]
 	flat, d := 0, -1
 	for i, e := range root {
 		switch {
 		case e.Name == commit:
 			flat = -1 // replaced where it is
-		case e.Name == dir && e.Mode == treeMode:
+		case e.Name == dir && e.Mode == git.ModeTree:
 			d = i
 		case len(e.Name) == len(commit) && flat >= 0:
 			flat++
 		}
 	}
-	var objs []looseObject
-	note := treeEntry{Mode: "100644", Name: commit, OID: blob}
+	var objs []git.Loose
+	note := git.TreeEntry{Mode: git.ModeFile, Name: commit, Hash: plumbing.NewHash(blob)}
 	if flat >= maxFlatNotes || (d >= 0 && flat >= 0) {
-		var sub []treeEntry
+		var sub []git.TreeEntry
 		if d >= 0 {
 			var ok bool
-			if sub, ok = l.treeEntries(root[d].OID); !ok {
+			if sub, ok = l.treeEntries(root[d].Hash.String()); !ok {
 				return nil, fmt.Errorf("notes tree: fan-out folder %s of %s unreadable", dir, NotesRef)
 			}
 			root = slices.Delete(slices.Clone(root), d, d+1)
 		}
-		sub = slices.DeleteFunc(sub, func(e treeEntry) bool { return e.Name == rest })
-		raw, err := encodeTree(append(sub, treeEntry{Mode: "100644", Name: rest, OID: blob}))
+		sub = slices.DeleteFunc(sub, func(e git.TreeEntry) bool { return e.Name == rest })
+		raw, err := git.EncodeTree(append(sub, git.TreeEntry{Mode: git.ModeFile, Name: rest, Hash: plumbing.NewHash(blob)}))
 		if err != nil {
 			return nil, err
 		}
-		t := newObject("tree", raw)
+		t := git.NewLoose("tree", raw)
 		objs = append(objs, t)
-		note = treeEntry{Mode: treeMode, Name: dir, OID: t.oid}
+		note = git.TreeEntry{Mode: git.ModeTree, Name: dir, Hash: plumbing.NewHash(t.ID)}
 	}
-	root = slices.DeleteFunc(slices.Clone(root), func(e treeEntry) bool { return e.Name == note.Name })
-	raw, err := encodeTree(append(root, note))
+	root = slices.DeleteFunc(slices.Clone(root), func(e git.TreeEntry) bool { return e.Name == note.Name })
+	raw, err := git.EncodeTree(append(root, note))
 	if err != nil {
 		return nil, err
 	}
-	return append(objs, newObject("tree", raw)), nil
+	return append(objs, git.NewLoose("tree", raw)), nil
 }
 
 // findLanded looks for a commit carrying this decision's Decision-Id trailer
 // on the target's history since the merge base with the approved commit (a
 // landing of it can only be there).
-func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, error) {
+func (l *lander) findLanded(ctx context.Context, tip string) (git.Commit, bool, error) {
 	if tip == "" {
-		return commit{}, false, nil
+		return git.Commit{}, false, nil
 	}
 	rng := tip
 	base, err := l.mergeBase(ctx, tip)
 	if err != nil {
-		return commit{}, false, err
+		return git.Commit{}, false, err
 	}
 	if base != "" {
 		rng = base + ".." + tip
@@ -391,7 +402,7 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 	// is the tip it was compared and swapped with).
 	b, err := l.g.Run(ctx, "log", "--first-parent", "--no-show-signature", "--format=%x01%H%x00%B", "-F", "--grep=Decision-Id: "+l.d.ID, rng)
 	if err != nil {
-		return commit{}, false, err
+		return git.Commit{}, false, err
 	}
 	for _, e := range bytes.Split(b, []byte{1}) {
 		oid, msg, ok := bytes.Cut(e, []byte{0})
@@ -400,10 +411,10 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 		}
 		_, ts := splitTrailers(string(msg))
 		if trailer(ts, "Decision-Id") == l.d.ID {
-			return commit{OID: string(oid), Message: string(msg)}, true, nil
+			return git.Commit{ID: string(oid), Message: string(msg)}, true, nil
 		}
 	}
-	return commit{}, false, nil
+	return git.Commit{}, false, nil
 }
 
 // recover finishes a landing whose commit is on the target but whose store
@@ -411,23 +422,23 @@ func (l *lander) findLanded(ctx context.Context, tip string) (commit, bool, erro
 // write a Decision-Id trailer: the commit is taken as this decision's
 // landing only when its receipt verifies (verifyLanded), else the landing
 // is refused (landed-receipt-invalid).
-func (l *lander) recover(ctx context.Context, c commit) (Outcome, error) {
+func (l *lander) recover(ctx context.Context, c git.Commit) (Outcome, error) {
 	if why, err := l.verifyLanded(ctx, c); err != nil {
 		return Outcome{Target: l.target}, err
 	} else if why != "" {
 		return Outcome{Target: l.target}, refusal.New("landed-receipt-invalid",
-			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.OID), l.target, l.d.ID, why),
+			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.ID), l.target, l.d.ID, why),
 			"find out who made that commit (it was not landed by conductor as recorded: forged trailer, rewritten history or edited note); "+
-				"`conductor audit "+short(c.OID)+"` lists what does not match. Nothing was committed or recorded")
+				"`conductor audit "+short(c.ID)+"` lists what does not match. Nothing was committed or recorded")
 	}
 	_, ts := splitTrailers(c.Message)
-	out := Outcome{Decision: l.d.ID, Status: StatusAlreadyLanded, Commit: c.OID, Target: l.target,
+	out := Outcome{Decision: l.d.ID, Status: StatusAlreadyLanded, Commit: c.ID, Target: l.target,
 		PatchID: trailer(ts, "Patch-Id"), ReviewedCommit: trailer(ts, "Reviewed-Commit")}
 	if l.o.DryRun {
 		out.Warning = "the landing is on the target but not in the store; a real run records it"
 		return out, nil
 	}
-	if err := l.record(ctx, c.OID, out.PatchID, "passed (recorded from the target's history)"); err != nil {
+	if err := l.record(ctx, c.ID, out.PatchID, "passed (recorded from the target's history)"); err != nil {
 		return out, err
 	}
 	return out, nil
@@ -454,16 +465,16 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 		}
 	}
 	at, want := "", l.workAt // the ref's own value, as first read
-	if ids, err := patch.ReadRefs(l.g.GitDir, l.workRef); err == nil {
+	if ids, err := git.ReadRefs(l.g.GitDir, l.workRef); err == nil {
 		at = ids[0]
 	} else if objs, lerr := l.lookup(l.workRef + "^{commit}"); lerr == nil {
-		at, want = objs[0].OID, l.approved.OID // git peels it
+		at, want = objs[0].ID, l.approved.ID // git peels it
 	} else {
 		return lerr
 	}
 	if at != want || at == "" {
 		return refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.OID)),
+			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.ID)),
 			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
 	return nil
@@ -475,12 +486,12 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 // trailers name this decision, the approved commit and that patch-id; the
 // receipt note on NotesRef agrees (audit's checks). It returns why not
 // ("" when it is).
-func (l *lander) verifyLanded(ctx context.Context, c commit) (string, error) {
-	objs, err := l.lookup(c.OID + "^{commit}")
+func (l *lander) verifyLanded(ctx context.Context, c git.Commit) (string, error) {
+	objs, err := l.lookup(c.ID + "^{commit}")
 	if err != nil {
 		return "", err
 	}
-	full, err := parseCommit(objs[0].OID, objs[0].Content)
+	full, err := git.ParseCommit(objs[0].ID, objs[0].Content)
 	if err != nil {
 		return "", err
 	}
@@ -488,42 +499,42 @@ func (l *lander) verifyLanded(ctx context.Context, c commit) (string, error) {
 		return fmt.Sprintf("it has %d parents, a landing has one", len(full.Parents)), nil
 	}
 	reviewed := l.v.PatchID
-	if l.v.ID == 0 || !sameCommit(l.v.Commit, l.d.Commit, l.approved.OID) {
+	if l.v.ID == 0 || !sameCommit(l.v.Commit, l.d.Commit, l.approved.ID) {
 		v, err := l.latestVerdict(ctx)
 		if err != nil && !errors.Is(err, bus.ErrNotFound) {
 			return "", fmt.Errorf("read verdict: %w", err)
 		}
-		if err != nil || !sameCommit(v.Commit, l.d.Commit, l.approved.OID) || v.PatchID == "" {
+		if err != nil || !sameCommit(v.Commit, l.d.Commit, l.approved.ID) || v.PatchID == "" {
 			return "no verdict in the store binds the approved commit to a patch-id", nil
 		}
 		reviewed = v.PatchID
 	}
 	_, ts := splitTrailers(full.Message)
 	for _, want := range []struct{ key, val string }{
-		{"Decision-Id", l.d.ID}, {"Reviewed-Commit", l.approved.OID}, {"Patch-Id", reviewed},
+		{"Decision-Id", l.d.ID}, {"Reviewed-Commit", l.approved.ID}, {"Patch-Id", reviewed},
 	} {
 		if got := trailer(ts, want.key); got != want.val {
 			return fmt.Sprintf("trailer %s is %q, want %q", want.key, got, want.val), nil
 		}
 	}
-	sq := l.at(full.Parents[0], l.approved.OID).squash()
+	sq := l.at(full.Parents[0], l.approved.ID).squash()
 	if sq.err != nil {
 		return fmt.Sprintf("the approved commit does not squash onto its parent %s (%v)", short(full.Parents[0]), sq.err), nil
 	}
 	if sq.tree != full.Tree {
-		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.OID), short(sq.tree)), nil
+		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.ID), short(sq.tree)), nil
 	}
-	if sq.pid != reviewed {
-		return fmt.Sprintf("its change has patch-id %s, the reviewed one is %s", orNone(sq.pid), reviewed), nil
+	if rf := checkPatchID(full.Parents[0], sq, reviewed); rf != nil {
+		return rf.Reason, nil
 	}
-	rep, err := Audit(ctx, AuditOptions{Git: l.g, Commit: full.OID})
+	rep, err := Audit(ctx, AuditOptions{Git: l.g, Commit: full.ID})
 	if err != nil {
 		return "", err
 	}
 	if !rep.OK {
 		return "its receipt does not verify: " + strings.ReplaceAll(rep.Refusal().Detail, "\n", "; "), nil
 	}
-	raw, err := l.g.Run(ctx, "notes", "--ref="+NotesRef, "show", full.OID)
+	raw, err := l.g.Run(ctx, "notes", "--ref="+NotesRef, "show", full.ID)
 	if err != nil {
 		return "no receipt note", nil
 	}
@@ -531,7 +542,7 @@ func (l *lander) verifyLanded(ctx context.Context, c commit) (string, error) {
 	if err := json.Unmarshal(raw, &rc); err != nil {
 		return "its receipt note is not a conductor receipt", nil
 	}
-	if rc.Decision != l.d.ID || rc.ReviewedCommit != l.approved.OID || rc.PatchID != reviewed || rc.Target != l.target {
+	if rc.Decision != l.d.ID || rc.ReviewedCommit != l.approved.ID || rc.PatchID != reviewed || rc.Target != l.target {
 		return fmt.Sprintf("its receipt note names decision %q, commit %s, patch-id %s, target %q", rc.Decision, short(rc.ReviewedCommit), orNone(rc.PatchID), rc.Target), nil
 	}
 	return "", nil

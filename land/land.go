@@ -1,9 +1,7 @@
 package land
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +18,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -59,7 +58,7 @@ type Options struct {
 	DataRoot string
 	// Repo overrides the decision's repository (tests); zero means the
 	// decision's Repo.
-	Repo patch.Git
+	Repo git.Git
 	// Committer of the landed commit; zero means "conductor".
 	Committer Identity
 	Now       func() time.Time
@@ -73,9 +72,11 @@ type Options struct {
 	// gate has commands is refused (sandbox-unavailable), never run
 	// unisolated.
 	Sandbox sandbox.Sandbox
-	Out     io.Writer
-	JSON    bool
-	Log     *slog.Logger
+	// Out is not used: Run prints nothing, it returns the Outcome and
+	// cmd/conductor renders it. The field stays only while the tests of
+	// runtask and conductor/web still set it; remove it once they stop.
+	Out io.Writer
+	Log *slog.Logger
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
@@ -114,17 +115,16 @@ const (
 	ModeWorktree = "worktree"
 )
 
-// Run lands one decision and prints the outcome on o.Out. A refusal is
-// returned as an error wrapping *refusal.Refusal and changes nothing.
+// Run lands one decision and returns what it did (it prints nothing: the
+// command line renders the Outcome). A refusal is returned as an error
+// wrapping *refusal.Refusal, with the Outcome saying refused, and changes
+// nothing.
 func Run(ctx context.Context, o Options) (Outcome, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if o.Out == nil {
-		o.Out = io.Discard
 	}
 	if o.Fault == nil {
 		o.Fault = func(string) {}
@@ -136,9 +136,6 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	var err error
 	if verr := validDecisionID(o.DecisionID); verr != nil {
 		out = Outcome{Decision: o.DecisionID, Status: StatusRefused, Refusal: verr}
-		if perr := printOutcome(o.Out, o.JSON, out); perr != nil {
-			return out, perr
-		}
 		return out, fmt.Errorf("land %q: %w", o.DecisionID, verr)
 	}
 	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
@@ -165,48 +162,16 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	if out.Warning != "" && rf == nil {
 		o.Log.Warn("land: " + out.Warning)
 	}
-	if err == nil || rf != nil {
-		if perr := printOutcome(o.Out, o.JSON, out); perr != nil && err == nil {
-			err = perr
-		}
-	}
 	if err != nil {
 		return out, fmt.Errorf("land %s: %w", o.DecisionID, err)
 	}
 	return out, nil
 }
 
-func printOutcome(w io.Writer, asJSON bool, out Outcome) error {
-	if asJSON {
-		enc := json.NewEncoder(w)
-		return enc.Encode(out)
-	}
-	var err error
-	switch out.Status {
-	case StatusLanded:
-		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
-	case StatusAlreadyLanded:
-		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
-	case StatusDryRun:
-		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s",
-			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
-			indent(out.Message, "    "))
-	}
-	return err
-}
-
-func indent(s, pre string) string {
-	var b strings.Builder
-	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString(pre + line + "\n")
-	}
-	return b.String()
-}
-
 // lander carries one landing's state between steps.
 type lander struct {
 	o        *Options
-	g        patch.Git // the repository's common git dir, no work tree
+	g        git.Git // the repository's common git dir, no work tree
 	d        bus.Decision
 	v        bus.Verdict
 	run      bus.Run
@@ -214,26 +179,20 @@ type lander struct {
 	ref      string // refs/heads/<target>
 	workRef  string
 	workAt   string // the work ref's value as read first (an id; a tag's, if it names a tag)
-	approved commit
-	trees    []looseObject  // the squash's trees made in process, written with the commit
-	cat      *batch         // the landing's one cat-file process
-	update   *patch.Started // `update-ref --stdin`, started early (nil: start one when needed)
-	now      time.Time      // its commit's and note's committer date: the landing's start, or the gate's end
-
-	pre []*prewritten // objects written ahead (speculate.go)
+	approved git.Commit
+	cat      *git.Objects // the landing's object reader
+	update   *git.Started // `update-ref --stdin`, started early (nil: start one when needed)
+	now      time.Time    // its commit's and note's committer date: the landing's start, or the gate's end
 
 	// Git work started early (speculate.go), waited for before returning.
 	bg     context.Context
 	wg     sync.WaitGroup
 	specMu sync.Mutex
 	specs  map[string]*speculation
+	diff   *differ // the neutral git dir of the landing's diffs
 
-	diffReady chan struct{} // closed once diff (or diffErr) is set
-	diff      *patch.TreeDiffer
-	diffErr   error
-	diffDone  sync.Once // closes diff
-	dataDir   string    // DataRoot/land/<key>
-	key       string
+	dataDir string // DataRoot/land/<key>
+	key     string
 }
 
 func run(ctx context.Context, o *Options) (Outcome, error) {
@@ -244,68 +203,20 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	if o.DataRoot == "" {
 		return out, errors.New("no data root")
 	}
-	// 1. The decision, read-only.
-	d, err := o.Store.GetDecision(ctx, o.DecisionID)
-	if errors.Is(err, bus.ErrNotFound) {
-		return out, refusal.New("decision-not-found",
-			fmt.Sprintf("no decision %q in the store", o.DecisionID),
-			"check the id with `conductor decision list`")
-	}
-	if err != nil {
-		return out, fmt.Errorf("read decision: %w", err)
-	}
-	o.Fault("decision")
-	if d.Open() {
-		return out, refusal.New("decision-not-resolved",
-			fmt.Sprintf("decision %s is still open", d.ID),
-			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
-	}
-	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
-		return out, refusal.New("decision-not-merge",
-			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
-			"nothing to land: raise a new merge decision once the work is ready")
-	}
-	target, err := branchName(d.Target)
-	if err != nil {
-		return out, refusal.New("target-invalid",
-			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
-			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
-	}
+	d, target, err := readDecision(ctx, o)
 	out.Target = target
-	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
-		return out, refusal.New("work-ref-invalid",
-			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
-			"raise a new decision for the work ref review recorded")
+	if err != nil {
+		return out, err
 	}
 	if l, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(l), nil
 	} else if !errors.Is(err, bus.ErrNotFound) {
 		return out, fmt.Errorf("read landing: %w", err)
 	}
-
-	g := o.Repo
-	if g.GitDir == "" {
-		if d.Repo == "" {
-			return out, fmt.Errorf("decision %s names no repository", d.ID)
-		}
-		if g, err = patch.OpenRepo(d.Repo); err != nil {
-			// A linked worktree's private git dir names its repository.
-			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
-				return out, fmt.Errorf("decision %s: %w", d.ID, err)
-			}
-			g = patch.Git{GitDir: d.Repo}
-		}
+	g, err := repoOf(o, d)
+	if err != nil {
+		return out, err
 	}
-	// Throw-away git dirs go to the data root's scratch folder
-	// (conductor.Config.GitScratchDir), where the next landing removes those
-	// a killed one left (patch.CleanScratch).
-	scratch := filepath.Join(o.DataRoot, "scratch", "git")
-	if n, err := patch.CleanScratch(scratch); err != nil {
-		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
-	} else if n > 0 {
-		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
-	}
-	g = patch.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}
 	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now()}
 	l.key = lockKey(g.GitDir, l.ref)
@@ -326,7 +237,6 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 			l.update.Abandon() // a refusal: an empty transaction
 		}
 		cancel() // stops what a refusal left running
-		l.dropPrewritten()
 		l.wg.Wait()
 		l.closeDiffer()
 	}()
@@ -342,6 +252,72 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		o.Log.Warn("land: cleaning stale scratch worktrees", "err", err)
 	}
 	return l.land(ctx)
+}
+
+// readDecision is step 1: the decision, read-only, resolved with the merge
+// option, naming a target branch and a work ref; it returns the decision
+// and its target's branch name.
+func readDecision(ctx context.Context, o *Options) (bus.Decision, string, error) {
+	d, err := o.Store.GetDecision(ctx, o.DecisionID)
+	if errors.Is(err, bus.ErrNotFound) {
+		return d, "", refusal.New("decision-not-found",
+			fmt.Sprintf("no decision %q in the store", o.DecisionID),
+			"check the id with `conductor decision list`")
+	}
+	if err != nil {
+		return d, "", fmt.Errorf("read decision: %w", err)
+	}
+	o.Fault("decision")
+	if d.Open() {
+		return d, "", refusal.New("decision-not-resolved",
+			fmt.Sprintf("decision %s is still open", d.ID),
+			fmt.Sprintf("resolve it first: conductor decision resolve %s --option %s", d.ID, o.Rules.RequiredOption()))
+	}
+	if d.Option != o.Rules.RequiredOption() || (d.Kind != "" && d.Kind != bus.KindMergeProtected) {
+		return d, "", refusal.New("decision-not-merge",
+			fmt.Sprintf("decision %s (%s) was resolved %q, landing needs %q", d.ID, d.Kind, d.Option, o.Rules.RequiredOption()),
+			"nothing to land: raise a new merge decision once the work is ready")
+	}
+	target, err := branchName(d.Target)
+	if err != nil {
+		return d, "", refusal.New("target-invalid",
+			fmt.Sprintf("decision %s names the target %q, which is not a branch name (%v)", d.ID, d.Target, err),
+			"raise a new decision against a branch name git accepts (git check-ref-format --branch NAME)")
+	}
+	if strings.ContainsFunc(d.WorkRef, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(d.WorkRef, "-") || d.WorkRef == "" {
+		return d, target, refusal.New("work-ref-invalid",
+			fmt.Sprintf("decision %s names the work ref %q, which is not a ref name", d.ID, d.WorkRef),
+			"raise a new decision for the work ref review recorded")
+	}
+	return d, target, nil
+}
+
+// repoOf is the repository a landing works in: Options.Repo or the
+// decision's, as its common git dir with no work tree, its throw-away git
+// dirs under the data root's scratch folder (where the next landing
+// removes those a killed one left, patch.CleanScratch).
+func repoOf(o *Options, d bus.Decision) (git.Git, error) {
+	g := o.Repo
+	if g.GitDir == "" {
+		if d.Repo == "" {
+			return g, fmt.Errorf("decision %s names no repository", d.ID)
+		}
+		var err error
+		if g, err = git.OpenRepo(d.Repo); err != nil {
+			// A linked worktree's private git dir names its repository.
+			if _, serr := os.Stat(filepath.Join(d.Repo, "commondir")); serr != nil {
+				return g, fmt.Errorf("decision %s: %w", d.ID, err)
+			}
+			g = git.Git{GitDir: d.Repo}
+		}
+	}
+	scratch := filepath.Join(o.DataRoot, "scratch", "git")
+	if n, err := patch.CleanScratch(scratch); err != nil {
+		o.Log.Warn("land: cleaning stale scratch git dirs", "err", err)
+	} else if n > 0 {
+		o.Log.Debug("land: removed stale scratch git dirs", "count", n)
+	}
+	return git.Git{GitDir: g.CommonDir(), Env: g.Env, Config: g.Config, Scratch: scratch}, nil
 }
 
 func landedOutcome(l bus.Landing) Outcome {
@@ -416,16 +392,16 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if ld, err := o.Store.GetLanding(ctx, d.ID); err == nil {
 		return landedOutcome(ld), nil
 	}
-	refs, err := patch.ReadRefs(l.g.GitDir, l.ref, l.workRef)
+	refs, err := git.ReadRefs(l.g.GitDir, l.ref, l.workRef)
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below
 	}
-	l.cat = newBatch(ctx, l.g)
-	defer l.cat.close()
+	l.cat = git.NewObjects(ctx, l.g)
+	defer l.cat.Close()
 	if err := l.checkRefs(ctx); err != nil {
 		return out, err
 	}
-	if refs[0] != "" && patch.IsObjectID(d.Commit) {
+	if refs[0] != "" && git.IsObjectID(d.Commit) {
 		l.at(refs[0], d.Commit) // the squash of the likely case, early
 	}
 	names := []string{l.ref + "^{commit}", l.workRef + "^{commit}", d.Commit + "^{commit}"}
@@ -439,26 +415,26 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
-	l.workAt = cmp.Or(refs[1], workObj.OID)
-	if tipObj.OID == "" {
+	l.workAt = firstNonEmpty(refs[1], workObj.ID)
+	if tipObj.ID == "" {
 		return out, refusal.New("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
 			"create the branch, or raise the decision against an existing target")
 	}
-	if apprObj.OID != "" {
-		if l.approved, err = parseCommit(apprObj.OID, apprObj.Content); err != nil {
+	if apprObj.ID != "" {
+		if l.approved, err = git.ParseCommit(apprObj.ID, apprObj.Content); err != nil {
 			return out, err
 		}
 	}
 	out, err = l.landFrom(ctx, tipObj, workObj, apprObj)
 	var rf *refusal.Refusal
-	if errors.As(err, &rf) && l.approved.OID != "" {
+	if errors.As(err, &rf) && l.approved.ID != "" {
 		// Idempotency and crash recovery: a landing killed after moving the
 		// target but before its store row is refused like any change that
 		// is already there (its squash is empty). Before refusing, look for
 		// it on the target's history.
-		if tip, terr := l.cat.get(l.ref + "^{commit}"); terr == nil {
-			if c, found, ferr := l.findLanded(ctx, tip.OID); ferr == nil && found {
+		if tip, terr := l.cat.Get(l.ref + "^{commit}"); terr == nil {
+			if c, found, ferr := l.findLanded(ctx, tip.ID); ferr == nil && found {
 				return l.recover(ctx, c)
 			}
 		}
@@ -467,63 +443,92 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 }
 
 // landFrom runs steps 2–8 from the objects land read first.
-func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) (Outcome, error) {
-	o, d := l.o, l.d
+func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj git.Object) (Outcome, error) {
 	out := Outcome{Target: l.target}
-	// 2. The latest verdict approves exactly the raised commit.
+	if err := l.checkVerdict(ctx, apprObj); err != nil {
+		return out, err
+	}
+	l.o.Fault("verdict")
+	if err := l.checkWorkRef(workObj, apprObj); err != nil {
+		return out, err
+	}
+	out.ReviewedCommit = apprObj.ID
+	if err := l.readRun(ctx); err != nil {
+		return out, err
+	}
+	return l.attempts(ctx, tipObj.ID, out)
+}
+
+// checkVerdict is step 2: the latest verdict approves exactly the raised
+// commit, bound to a patch-id.
+func (l *lander) checkVerdict(ctx context.Context, apprObj git.Object) error {
+	o, d := l.o, l.d
 	v, err := l.latestVerdict(ctx)
 	if errors.Is(err, bus.ErrNotFound) {
-		return out, refusal.New("no-approval",
+		return refusal.New("no-approval",
 			fmt.Sprintf("no verdict is recorded for %s", d.WorkRef),
 			"review the run first: conductor review RUN --approve")
 	}
 	if err != nil {
-		return out, fmt.Errorf("read verdict: %w", err)
+		return fmt.Errorf("read verdict: %w", err)
 	}
 	if v.Verdict != o.Rules.RequiredVerdict() {
-		return out, refusal.New("no-approval",
+		return refusal.New("no-approval",
 			fmt.Sprintf("the latest verdict on %s is %q, landing needs %q", d.WorkRef, v.Verdict, o.Rules.RequiredVerdict()),
 			"address the findings, review again and approve")
 	}
 	if v.PatchID == "" {
-		return out, refusal.New("no-approval",
+		return refusal.New("no-approval",
 			fmt.Sprintf("the approving verdict %d on %s carries no patch-id", v.ID, d.WorkRef),
 			"review again so the verdict is bound to the commit's patch-id")
 	}
-	if !sameCommit(v.Commit, d.Commit, apprObj.OID) {
-		return out, refusal.New("verdict-stale",
+	if !sameCommit(v.Commit, d.Commit, apprObj.ID) {
+		return refusal.New("verdict-stale",
 			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
 			"review the raised commit (or raise a decision for the approved one), then land")
 	}
 	l.v = v
-	o.Fault("verdict")
+	return nil
+}
 
-	// 3. The work ref is at the approved commit now.
+// checkWorkRef is step 3: the work ref is at the approved commit now.
+func (l *lander) checkWorkRef(workObj, apprObj git.Object) error {
+	d := l.d
 	switch {
-	case apprObj.OID == "":
-		return out, refusal.New("work-ref-moved",
+	case apprObj.ID == "":
+		return refusal.New("work-ref-moved",
 			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
 			"review the work ref's current commit and raise a new decision")
-	case workObj.OID == "":
-		return out, refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.OID)),
+	case workObj.ID == "":
+		return refusal.New("work-ref-moved",
+			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.ID)),
 			"restore the work ref to the approved commit, or review and raise again")
-	case workObj.OID != apprObj.OID:
-		return out, refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.OID), short(apprObj.OID)),
+	case workObj.ID != apprObj.ID:
+		return refusal.New("work-ref-moved",
+			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.ID), short(apprObj.ID)),
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
-	out.ReviewedCommit = apprObj.OID
-	if runID := cmp.Or(d.RunID, v.RunID); runID != "" {
-		if r, err := o.Store.GetRun(ctx, runID); err == nil {
-			l.run = r
-		} else if !errors.Is(err, bus.ErrNotFound) {
-			return out, fmt.Errorf("read run %s: %w", runID, err)
-		}
-	}
+	return nil
+}
 
-	// 4–8, retried once from the new tip when the target moves.
-	tip := tipObj.OID
+// readRun reads the run the work came from (for the receipt), when known.
+func (l *lander) readRun(ctx context.Context) error {
+	runID := firstNonEmpty(l.d.RunID, l.v.RunID)
+	if runID == "" {
+		return nil
+	}
+	r, err := l.o.Store.GetRun(ctx, runID)
+	if err == nil {
+		l.run = r
+	} else if !errors.Is(err, bus.ErrNotFound) {
+		return fmt.Errorf("read run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// attempts runs steps 4–8 from tip, and once more from the new tip when
+// the target moves (then target-moved).
+func (l *lander) attempts(ctx context.Context, tip string, out Outcome) (Outcome, error) {
 	for attempt := 1; ; attempt++ {
 		res, err := l.attempt(ctx, tip, &out)
 		out.Attempts = attempt
@@ -531,11 +536,11 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 			return out, err
 		}
 		// The target moved under us.
-		tipObj, err := l.cat.get(l.ref + "^{commit}")
+		tipObj, err := l.cat.Get(l.ref + "^{commit}")
 		if err != nil {
 			return out, err
 		}
-		newTip := tipObj.OID
+		newTip := tipObj.ID
 		if c, found, err := l.findLanded(ctx, newTip); err != nil {
 			return out, err
 		} else if found {
@@ -546,7 +551,7 @@ func (l *lander) landFrom(ctx context.Context, tipObj, workObj, apprObj object) 
 				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, short(tip), short(newTip), attempt),
 				"land again once the target is quiet; nothing was committed")
 		}
-		o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
+		l.o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
 		tip = newTip
 	}
 }
@@ -566,43 +571,17 @@ func sameCommit(verdictCommit, decisionCommit, resolved string) bool {
 func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string, error) {
 	o := l.o
 	out.Parent = tip
-	// 4. Landing policy on the diff from the merge base to the approved commit.
-	if err := o.Rules.TargetAllowed(l.target); err != nil {
-		return "", err
-	}
-	tipTree, err := l.cat.get(tip + "^{tree}")
-	if err != nil {
-		return "", err
-	}
 	// The squash and its patch-id run beside the merge base, the policy
 	// diff and the policy (most likely started before the checks).
-	sp := l.at(tip, l.approved.OID)
-	if !o.DryRun && !o.Worktree && len(o.Rules.Gate()) == 0 {
-		l.prewrite(tip, sp)
-	}
-	changes, err := sp.policyChanges()
-	if errors.Is(err, patch.ErrNoMergeBase) {
-		return "", refusal.New("conflict",
-			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.OID)),
-			"rebase the work onto the target and review again")
-	}
-	if err != nil {
+	sp := l.at(tip, l.approved.ID)
+	// 4. Landing policy on the diff from the merge base to the approved commit.
+	if err := l.checkPolicy(sp, tip, out); err != nil {
 		return "", err
-	}
-	out.Files = out.Files[:0]
-	for _, c := range changes {
-		out.Files = append(out.Files, c.Path)
-	}
-	exists, err := l.existsAt(tipTree)
-	if err != nil {
-		return "", err
-	}
-	if rs := o.Rules.CheckChangesOn(changes, policy.Tree{Exists: exists, Link: l.linkAt(tipTree)}); len(rs) > 0 {
-		return "", combine(rs)
 	}
 	o.Fault("policy")
 
-	// 5. Squash onto the tip: a tree, no checkout.
+	// 5. Squash onto the tip: a tree, no checkout; its patch-id measured
+	// from that tree (patchid.go).
 	res := sp.squash()
 	if res.err != nil {
 		var rf *refusal.Refusal
@@ -611,58 +590,33 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		}
 		return "", res.err
 	}
-	tree, pid := res.tree, res.pid
-	l.trees = res.trees
-	out.Tree = tree
+	out.Tree = res.tree
 	o.Fault("squash")
 
-	// 6. The squash's patch-id equals the reviewed one.
-	if pid != l.v.PatchID {
-		return "", refusal.New("patch-id-mismatch",
-			fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(pid), l.v.PatchID),
-			"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
+	// 6. The squash's patch-id, measured from its tree, equals the
+	// reviewed one (patchid.go).
+	if rf := checkPatchID(tip, res, l.v.PatchID); rf != nil {
+		return "", rf
 	}
-	out.PatchID = pid
+	out.PatchID = res.pid
 
 	// The target's checked-out worktree, if any, must be able to follow.
 	wt, err := l.targetWorktree(ctx)
 	if err != nil {
 		return "", err
 	}
-	gate := o.Rules.Gate()
-	out.Mode = ModeTree
-	if o.Worktree || needsFiles(gate) {
-		out.Mode = ModeWorktree
-	}
-	if wt != nil || out.Mode == ModeWorktree || o.DryRun {
-		// git reads the squash's tree before the commit, or a dry run
-		// reports it: it must be in the store (otherwise a tree made in
-		// process is written with the commit).
-		if _, err := writeObjects(l.g.GitDir, l.trees...); err != nil {
-			return "", err
-		}
-	}
 	if wt != nil {
-		if err := wt.check(ctx, tip, tree); err != nil {
+		if err := wt.check(ctx, tip, res.tree); err != nil {
 			return "", err
 		}
 	}
 
 	// 7. The gate, on exactly this tree.
-	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
-	out.Gate = results
-	if err != nil {
+	if err := l.gateTree(ctx, tip, res.tree, out); err != nil {
 		return "", err
 	}
-	if len(results) > 0 && !results[len(results)-1].OK {
-		return "", gateFailed(results)
-	}
-	o.Fault("gate")
-	if len(results) > 0 {
-		l.now = o.Now() // the commit is made after its gate (nothing was written ahead)
-	}
 
-	msg := l.message(pid)
+	msg := l.message(res.pid)
 	if o.DryRun {
 		// What a real landing checks right before its compare-and-swap.
 		if err := l.recheck(ctx, false); err != nil {
@@ -674,7 +628,67 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 	}
 
 	// 8. Commit once, move the target by compare-and-swap.
-	return l.commit(ctx, tip, tree, msg, wt, out)
+	return l.commit(ctx, tip, res.tree, msg, wt, out)
+}
+
+// checkPolicy is step 4: the target is one the policy lets land on, and
+// the changes from the merge base to the approved commit obey the landing
+// policy on the tip's tree. It lists the changed files in out.
+func (l *lander) checkPolicy(sp *speculation, tip string, out *Outcome) error {
+	o := l.o
+	if err := o.Rules.TargetAllowed(l.target); err != nil {
+		return err
+	}
+	tipTree, err := l.cat.Get(tip + "^{tree}")
+	if err != nil {
+		return err
+	}
+	changes, err := sp.policyChanges()
+	if errors.Is(err, patch.ErrNoMergeBase) {
+		return refusal.New("conflict",
+			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.ID)),
+			"rebase the work onto the target and review again")
+	}
+	if err != nil {
+		return err
+	}
+	out.Files = out.Files[:0]
+	for _, c := range changes {
+		out.Files = append(out.Files, c.Path)
+	}
+	exists, err := l.existsAt(tipTree)
+	if err != nil {
+		return err
+	}
+	if rs := o.Rules.CheckChangesOn(changes, policy.Tree{Exists: exists, Link: l.linkAt(tipTree)}); len(rs) > 0 {
+		return combine(rs)
+	}
+	return nil
+}
+
+// gateTree is step 7: the gate runs on exactly tree (in a scratch
+// worktree when a command needs files, else in an empty folder) and must
+// pass (gate-failed). A landing with a gate commits at the gate's end.
+func (l *lander) gateTree(ctx context.Context, tip, tree string, out *Outcome) error {
+	o := l.o
+	gate := o.Rules.Gate()
+	out.Mode = ModeTree
+	if o.Worktree || needsFiles(gate) {
+		out.Mode = ModeWorktree
+	}
+	results, err := l.gate(ctx, gate, out.Mode, tip, tree)
+	out.Gate = results
+	if err != nil {
+		return err
+	}
+	if len(results) > 0 && !results[len(results)-1].OK {
+		return gateFailed(results)
+	}
+	o.Fault("gate")
+	if len(results) > 0 {
+		l.now = o.Now() // the commit is made after its gate
+	}
+	return nil
 }
 
 func orNone(s string) string {
@@ -717,6 +731,15 @@ func short(id string) string {
 	return id
 }
 
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if s != "" {
+			return s
+		}
+	}
+	return ""
+}
+
 // latestVerdict is the newest verdict on the work ref, whichever way it was
 // spelled when recorded ("work/x" or "refs/heads/work/x").
 func (l *lander) latestVerdict(ctx context.Context) (bus.Verdict, error) {
@@ -751,7 +774,7 @@ func (l *lander) latestVerdict(ctx context.Context) (bus.Verdict, error) {
 // that does not hold a notes commit (a blob, a tag): a receipt cannot be
 // added to it.
 func (l *lander) checkRefs(ctx context.Context) error {
-	to, err := patch.SymbolicRef(l.g.GitDir, l.ref)
+	to, err := git.SymbolicRef(l.g.GitDir, l.ref)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", l.ref, err)
 	}
@@ -760,23 +783,23 @@ func (l *lander) checkRefs(ctx context.Context) error {
 			fmt.Sprintf("target %s is a symbolic ref to %s: landing on it would move %s", l.ref, to, to),
 			fmt.Sprintf("raise the decision against the branch itself (%s), if the policy allows it", strings.TrimPrefix(to, "refs/heads/")))
 	}
-	if to, err = patch.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
+	if to, err = git.SymbolicRef(l.g.GitDir, NotesRef); err != nil || to != "" {
 		return refusal.New("notes-ref-invalid",
 			fmt.Sprintf("%s is not a notes ref (a symbolic ref to %q, or unreadable: %v)", NotesRef, to, err),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
 	name := NotesRef // broken: git says what it is
-	if ids, err := patch.ReadRefs(l.g.GitDir, NotesRef); err == nil {
+	if ids, err := git.ReadRefs(l.g.GitDir, NotesRef); err == nil {
 		if ids[0] == "" {
 			return nil
 		}
 		name = ids[0] // read in process when the object is at hand
 	}
-	n, err := l.cat.get(name)
+	n, err := l.cat.Get(name)
 	if err != nil {
 		return err
 	}
-	if n.OID == "" {
+	if n.ID == "" {
 		// It exists (ReadRefs said so, or could not read it) but names
 		// nothing git has.
 		return refusal.New("notes-ref-invalid",
@@ -785,7 +808,7 @@ func (l *lander) checkRefs(ctx context.Context) error {
 	}
 	if n.Type != "commit" {
 		return refusal.New("notes-ref-invalid",
-			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.OID)),
+			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.ID)),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
 	return nil

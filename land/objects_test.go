@@ -5,143 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
-
-// TestBatchLooseMatchesCatFile: every name form the in-process loose reader
-// answers gets exactly cat-file's answer, and after a repack (nothing
-// loose) the fallback answers the same.
-func TestBatchLooseMatchesCatFile(t *testing.T) {
-	f := newFixture(t)
-	c := f.commit("refs/heads/main", "", map[string]string{
-		"docs/guide/intro.md": "intro\n",
-		"docs/a.b":            "dot\n",
-		"docs/a-b":            "dash\n",
-		"bin/run":             "x> #!/bin/sh\n",
-		"link":                "-> docs/a.b",
-	}, "more")
-	f.git("tag", "-a", "-m", "tagged", "v1", c)
-	tag := f.rev("refs/tags/v1")
-	tree := f.rev(c + "^{tree}")
-	names := []string{
-		c, c + "^{commit}", c + "^{tree}", tree, tree + "^{tree}", tree + "^{commit}",
-		tree + ":docs", tree + ":docs/guide/intro.md", tree + ":docs/nope", tree + ":link", tree + ":link/x",
-		tree + ":README.md/x", tree + ":docs/", tree + ":docs//guide", tree + ":./docs", tag, tag + "^{commit}", tag + "^{tree}",
-		"refs/heads/main", "refs/heads/main^{tree}", strings.Repeat("0", 40), strings.Repeat("0", 40) + "^{commit}",
-	}
-	ctx := context.Background()
-	answers := func(objects string) []object {
-		b := newBatch(ctx, f.g)
-		if objects != "" {
-			b.objects = objects
-		}
-		defer b.close()
-		objs, err := b.getAll(names...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return objs
-	}
-	loose := answers("")
-	viaCatFile := answers(filepath.Join(t.TempDir(), "nothing-loose-here"))
-	for i := range names {
-		if !reflect.DeepEqual(loose[i], viaCatFile[i]) {
-			t.Errorf("%s: loose %+v, cat-file %+v", names[i], loose[i], viaCatFile[i])
-		}
-	}
-	if loose[0].OID != c || loose[2].OID != tree || loose[8].OID != "" || loose[7].Type != "blob" {
-		t.Fatalf("unexpected answers: %+v", loose[:9])
-	}
-	f.git("repack", "-adq")
-	f.git("prune-packed")
-	if packed := answers(""); !reflect.DeepEqual(packed, loose) {
-		t.Fatalf("after a repack the answers changed:\n%+v\n%+v", packed, loose)
-	}
-}
-
-// TestWrittenObjectsAreGits: objects written in process have git's ids,
-// read back with git, pass fsck, and a tree encodes in git's order.
-func TestWrittenObjectsAreGits(t *testing.T) {
-	f := newFixture(t)
-	blob := newObject("blob", []byte("note\n"))
-	blob2 := newObject("blob", []byte("other\n"))
-	entries := []treeEntry{
-		{"100644", "a.b", blob.oid}, {"40000", "a", ""}, {"100644", "a-b", blob2.oid},
-		{"100755", "a0", blob.oid}, {"120000", "z", blob2.oid}, {"100644", "A", blob.oid},
-	}
-	subRaw, err := encodeTree([]treeEntry{{"100644", "f", blob.oid}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sub := newObject("tree", subRaw)
-	entries[1].OID = sub.oid
-	raw, err := encodeTree(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree := newObject("tree", raw)
-	var mk strings.Builder
-	for _, e := range entries {
-		typ := "blob"
-		if e.Mode == "40000" {
-			typ = "tree"
-		}
-		fmt.Fprintf(&mk, "%s %s %s\t%s\n", e.Mode, typ, e.OID, e.Name)
-	}
-	// A shared repository's object store: new fan-out folders follow it.
-	objects := filepath.Join(f.gitdir, "objects")
-	if err := os.Chmod(objects, 0o775|os.ModeSetgid); err != nil {
-		t.Fatal(err)
-	}
-	os.RemoveAll(filepath.Join(objects, blob.oid[:2]))
-	created, err := writeObjects(f.gitdir, blob, blob2, sub, tree)
-	if err != nil || len(created) != 4 {
-		t.Fatal(created, err)
-	}
-	if fi, err := os.Stat(filepath.Join(objects, blob.oid[:2])); err != nil || fi.Mode()&(os.ModePerm|os.ModeSetgid) != 0o775|os.ModeSetgid {
-		t.Fatalf("fan-out folder mode %v (%v), want the object store's", fi.Mode(), err)
-	}
-	if got := f.runIn("", strings.NewReader(mk.String()), "git", "--git-dir="+f.gitdir, "mktree"); got != tree.oid {
-		t.Fatalf("git mktree gives %s, encodeTree %s", got, tree.oid)
-	}
-	if got := f.git("cat-file", "blob", blob.oid); got != "note" {
-		t.Fatalf("blob reads back as %q", got)
-	}
-	if created, err := writeObjects(f.gitdir, blob); err != nil || len(created) != 0 { // already there: left alone
-		t.Fatal(created, err)
-	}
-	c, err := commitFor(f, tree.oid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.git("update-ref", "refs/test/tree", c)
-	f.git("fsck", "--strict", "--no-dangling")
-	left, _ := filepath.Glob(filepath.Join(f.gitdir, "objects", "*", "tmp_obj_*"))
-	if len(left) > 0 {
-		t.Fatalf("temporary files left: %v", left)
-	}
-	if _, err := encodeTree([]treeEntry{{"100644", "a/b", blob.oid}}); err == nil {
-		t.Fatal("a name with a slash was encoded")
-	}
-}
-
-func commitFor(f *fixture, tree string) (string, error) {
-	ci, err := ident{Name: "T", Email: "t@example.test", Date: "1767225600 +0000"}.line()
-	if err != nil {
-		return "", err
-	}
-	o := newObject("commit", []byte("tree "+tree+"\nauthor "+ci+"\ncommitter "+ci+"\n\nt\n"))
-	_, err = writeObjects(f.gitdir, o)
-	return o.oid, err
-}
 
 // TestLandAfterRepack: a landing whose objects are all packed (nothing
 // loose) goes through cat-file and lands the same commit tree.
@@ -169,20 +44,16 @@ func TestQuietTargetSquash(t *testing.T) {
 	f := newFixture(t)
 	tip := f.rev("refs/heads/main")
 	work := f.commit("refs/heads/work/q", tip, map[string]string{"docs/a.md": "a\n", "bin/x": "x> run\n", "README.md": "", "l": "-> docs/a.md"}, "quiet")
-	l := &lander{g: f.g, bg: ctx, approved: commit{OID: work}}
-	l.cat = newBatch(ctx, f.g)
-	defer l.cat.close()
+	l := &lander{g: f.g, bg: ctx, approved: git.Commit{ID: work}}
+	l.cat = git.NewObjects(ctx, f.g)
+	defer l.cat.Close()
 	if _, ok := l.quietTarget(tip, work); !ok {
 		t.Fatal("the work's parent is the tip, but the quiet path was not taken")
 	}
 	l.startDiffer()
 	res := l.at(tip, work).squash()
 	l.wg.Wait()
-	d, err := l.differ()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	defer l.closeDiffer()
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -215,21 +86,48 @@ func looseObjects(t *testing.T, f *fixture) map[string]bool {
 	return ids
 }
 
-// TestPrewriteLeavesNothingBehind: the commit and note objects written
-// ahead of the checks are exactly the ones a landing commits, and a
-// refusal after they were written removes them: the object store is as it
-// was.
-// TestPrewriteNeverDeletes: a landing never deletes an object. A refusal
-// after objects were written ahead leaves them unreferenced for git gc (as
-// git itself does); a landing adds only its own objects.
-func TestPrewriteNeverDeletes(t *testing.T) {
+// newObjects lists the objects in the store now that were not in before.
+func newObjects(t *testing.T, f *fixture, before map[string]bool) map[string]bool {
+	t.Helper()
+	after := looseObjects(t, f)
+	for id := range before {
+		if !after[id] {
+			t.Fatalf("a landing deleted object %s", id)
+		}
+	}
+	added := map[string]bool{}
+	for id := range after {
+		if !before[id] {
+			added[id] = true
+		}
+	}
+	return added
+}
+
+// TestRefusalKeepsEveryObject: a landing never deletes an object from the
+// repository. A refusal leaves every object that was there and every
+// object the landing wrote (merge-tree's trees, the commit and the receipt
+// note's objects written before the last checks), unreferenced, for git
+// gc, as git itself does; a landing that lands adds only its own objects.
+func TestRefusalKeepsEveryObject(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	// A quiet target and a verdict bound to the patch-id of an earlier
-	// version: the objects are written with that patch-id, then refused.
+	unreachable := func(added map[string]bool) {
+		t.Helper()
+		out := f.git("fsck", "--unreachable", "--no-reflogs", "--no-progress")
+		for id := range added {
+			if !strings.Contains(out, id) {
+				t.Errorf("object %s written by a refused landing is reachable:\n%s", id, out)
+			}
+		}
+	}
+
+	// A target that moved: merge-tree writes the squash's trees, then the
+	// patch-id (bound to an earlier version) is refused.
 	base := f.rev("refs/heads/main")
 	reviewed := f.commit("refs/heads/work/w", base, change, "reviewed")
 	c := f.commit("refs/heads/work/w", base, map[string]string{"lib/new.go": "package  lib\n"}, "edited")
+	f.commit("refs/heads/main", base, map[string]string{"docs/other.md": "other\n"}, "moved")
 	if _, err := f.store.PutVerdict(ctx, bus.Verdict{WorkRef: "work/w", Commit: c, PatchID: f.patchID(base, reviewed),
 		Verdict: bus.VerdictApprove}); err != nil {
 		t.Fatal(err)
@@ -240,19 +138,38 @@ func TestPrewriteNeverDeletes(t *testing.T) {
 	if _, err := f.land(id, nil); !errors.As(err, &rf) || rf.Code != "patch-id-mismatch" {
 		t.Fatalf("want a patch-id-mismatch refusal, got %v", err)
 	}
-	after := looseObjects(t, f)
-	for id := range before {
-		if !after[id] {
-			t.Fatalf("a refusal deleted object %s", id)
-		}
+	added := newObjects(t, f, before)
+	if len(added) == 0 {
+		t.Fatal("merge-tree wrote no tree: the case is not covered")
 	}
-	// What it wrote is referenced by nothing: gc's to collect.
-	unreachable := f.git("fsck", "--unreachable", "--no-reflogs", "--no-progress")
-	for id := range after {
-		if !before[id] && !strings.Contains(unreachable, id) {
-			t.Errorf("object %s written by a refused landing is reachable:\n%s", id, unreachable)
+	unreachable(added)
+
+	// A refusal right before the compare-and-swap: the commit and the
+	// note's objects are written, then the verdict changes.
+	id, work := f.approved("late", change)
+	before = looseObjects(t, f)
+	_, err := f.land(id, func(o *Options) {
+		o.Fault = func(step string) {
+			if step == "commit" {
+				if _, err := f.store.PutVerdict(ctx, bus.Verdict{WorkRef: "work/late", Commit: work, PatchID: "p",
+					Verdict: bus.VerdictRequestChanges, Reviewer: "late"}); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
+	})
+	if !errors.As(err, &rf) || rf.Code != "verdict-stale" {
+		t.Fatalf("want a verdict-stale refusal, got %v", err)
 	}
+	added = newObjects(t, f, before)
+	types := map[string]int{}
+	for id := range added {
+		types[f.git("cat-file", "-t", id)]++
+	}
+	if types["commit"] != 2 || types["blob"] != 1 || types["tree"] < 1 {
+		t.Fatalf("the refused landing's commit, note commit, note blob and notes tree are not all kept: %v", types)
+	}
+	unreachable(added)
 
 	// A landing on a quiet target adds its commit, the note blob and the
 	// notes tree and commit: nothing else.
@@ -264,8 +181,8 @@ func TestPrewriteNeverDeletes(t *testing.T) {
 	}
 	notes := f.rev(NotesRef)
 	want := map[string]bool{out.Commit: true, notes: true, f.rev(notes + "^{tree}"): true, f.rev(notes + ":" + out.Commit): true}
-	for id := range looseObjects(t, f) {
-		if !before[id] && !want[id] {
+	for id := range newObjects(t, f, before) {
+		if !want[id] {
 			t.Errorf("object %s was left in the store", id)
 		}
 		delete(want, id)
@@ -283,40 +200,41 @@ func TestPrewriteNeverDeletes(t *testing.T) {
 func TestNotesFanOut(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	who, err := ident{Name: "T", Email: "t@example.test", Date: "1767225600 +0000"}.line()
-	if err != nil {
-		t.Fatal(err)
-	}
-	filler := newObject("blob", []byte("filler\n"))
-	var flat []treeEntry
+	who := git.NewSignature("T", "t@example.test", time.Unix(1767225600, 0).UTC())
+	filler := git.NewLoose("blob", []byte("filler\n"))
+	var flat []git.TreeEntry
 	for i := range maxFlatNotes {
-		flat = append(flat, treeEntry{Mode: "100644", Name: fmt.Sprintf("%040x", i*7919+1), OID: filler.oid})
+		flat = append(flat, git.TreeEntry{Mode: git.ModeFile, Name: fmt.Sprintf("%040x", i*7919+1), Hash: plumbing.NewHash(filler.ID)})
 	}
-	raw, err := encodeTree(flat)
+	raw, err := git.EncodeTree(flat)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree := newObject("tree", raw)
-	c := newObject("commit", []byte("tree "+tree.oid+"\nauthor "+who+"\ncommitter "+who+"\n\nnotes\n"))
-	if _, err := writeObjects(f.gitdir, filler, tree, c); err != nil {
+	tree := git.NewLoose("tree", raw)
+	craw, err := git.EncodeCommit(git.Commit{Tree: tree.ID, Author: who, Committer: who, Message: "notes\n"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	f.git("update-ref", NotesRef, c.oid)
+	c := git.NewLoose("commit", craw)
+	if err := git.WriteLoose(f.gitdir, filler, tree, c); err != nil {
+		t.Fatal(err)
+	}
+	f.git("update-ref", NotesRef, c.ID)
 
 	// note adds (or replaces) the note on commit through noteObjects.
 	note := func(commit, text string) {
 		t.Helper()
-		l := &lander{g: f.g, cat: newBatch(ctx, f.g)}
-		defer l.cat.close()
-		blob := newObject("blob", []byte(text))
-		old, objs, err := l.noteObjects(commit, blob.oid, who)
+		l := &lander{g: f.g, cat: git.NewObjects(ctx, f.g)}
+		defer l.cat.Close()
+		blob := git.NewLoose("blob", []byte(text))
+		old, objs, err := l.noteObjects(commit, blob.ID, who)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := writeObjects(f.gitdir, append(objs, blob)...); err != nil {
+		if err := git.WriteLoose(f.gitdir, append(objs, blob)...); err != nil {
 			t.Fatal(err)
 		}
-		f.git("update-ref", NotesRef, objs[len(objs)-1].oid, old)
+		f.git("update-ref", NotesRef, objs[len(objs)-1].ID, old)
 	}
 	work := f.commit("refs/heads/work/n", "", map[string]string{"n.txt": "n\n"}, "annotated")
 	note(work, "first\n")

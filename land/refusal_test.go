@@ -2,6 +2,7 @@ package land
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -174,8 +175,7 @@ func TestLandRefusals(t *testing.T) {
 				main, work := f.rev("refs/heads/main"), f.rev("refs/heads/work/a")
 				before := f.snapshot()
 				for _, dry := range []bool{true, false} {
-					var sb strings.Builder
-					out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree; o.DryRun = dry; o.Out = &sb; o.JSON = true })
+					out, err := f.land(id, func(o *Options) { o.Worktree = mode == ModeWorktree; o.DryRun = dry })
 					var rf *refusal.Refusal
 					if !errors.As(err, &rf) || string(rf.Code) != tc.code {
 						t.Fatalf("dry=%v: got %v (%+v), want refusal %s", dry, err, out, tc.code)
@@ -183,8 +183,8 @@ func TestLandRefusals(t *testing.T) {
 					if rf.Reason == "" || rf.Fix == "" || strings.Contains(rf.Reason, "\n") {
 						t.Errorf("refusal needs a one-line reason and a fix: %+v", rf)
 					}
-					if out.Status != StatusRefused || !strings.Contains(sb.String(), `"code":"`+tc.code+`"`) {
-						t.Errorf("json output %q", sb.String())
+					if js, _ := json.Marshal(out); out.Status != StatusRefused || !strings.Contains(string(js), `"code":"`+tc.code+`"`) {
+						t.Errorf("outcome as JSON %s", js)
 					}
 					if after := f.snapshot(); after != before {
 						t.Fatalf("refusal changed the repository:\n%s\n---\n%s", before, after)

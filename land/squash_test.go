@@ -4,208 +4,234 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/policy"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
-// TestSquashInProcess: the squash applied in process is merge-tree's tree
-// whenever it is made, and it is made in the common case (the target moved
-// elsewhere); when the squash changes exactly what the policy diff changes,
-// its canonical diff is the policy diff byte for byte (so the patch-id
-// taken from it is the squash's own); whenever the two differ, sameChanges
-// says so and git diffs the squash.
-func TestSquashInProcess(t *testing.T) {
-	ctx := context.Background()
-	cases := []struct {
-		name      string
-		work, tip map[string]string
-		want      bool // the squash has the policy diff's changes
-		apply     bool // and is made in process
-	}{
-		{name: "disjoint files", work: map[string]string{"lib/new.go": "package lib\n", "src/keep.txt": "changed\n"},
-			tip: map[string]string{"README.md": "# demo, edited\n"}, want: true, apply: true},
-		{name: "new nested folders", work: map[string]string{"a/b/c/d.txt": "d\n", "a/e.txt": "e\n", "lib/x/y.go": "package y\n"},
-			tip: map[string]string{"src/other.txt": "o\n"}, want: true, apply: true},
-		{name: "new folders and a removed folder", work: map[string]string{"a/b/c/d.txt": "d\n", "docs/guide.md": ""},
-			tip: map[string]string{"src/other.txt": "o\n"}, want: true},
-		{name: "a file replaced by a folder", work: map[string]string{"src/keep.txt": "", "src/keep.txt/inner": "i\n"},
-			tip: map[string]string{"README.md": "# x\n"}, want: true, apply: true},
-		{name: "symlink and executable", work: map[string]string{"lib/link": "-> calc.go", "bin/run": "x> #!/bin/sh\n"},
-			tip: map[string]string{"docs/other.md": "o\n"}, want: true, apply: true},
-		{name: "a deletion only", work: map[string]string{"docs/guide.md": ""},
-			tip: map[string]string{"README.md": "# x\n"}, want: true, apply: true},
-		{name: "the tip added the folder the work adds", work: map[string]string{"new/a.txt": "a\n"},
-			tip: map[string]string{"new/b.txt": "b\n"}, want: true, apply: true},
-		{name: "same file, other hunk", work: map[string]string{"lib/calc.go": strings.Replace(calcGo, "// seven", "// SEVEN", 1)},
-			tip: map[string]string{"lib/calc.go": strings.Replace(calcGo, "func Add", "// Add adds.\nfunc Add", 1)}, want: false},
-		{name: "mode change only", work: map[string]string{"src/keep.txt": "x> keep\n"},
-			tip: map[string]string{"README.md": "# y\n"}, want: false},
-		{name: "the tip removed a folder the work adds to", work: map[string]string{"docs/new.md": "n\n"},
-			tip: map[string]string{"docs/guide.md": ""}, want: true},
-		{name: "the tip moved a folder the work adds to", work: map[string]string{"docs/new.md": "n\n"},
-			tip: map[string]string{"docs/guide.md": "", "manual/guide.md": "guide\n"}, want: false},
-		{name: "the work removes a folder the tip adds to", work: map[string]string{"docs/guide.md": ""},
-			tip: map[string]string{"docs/more.md": "m\n"}, want: true, apply: true},
-		{name: "the work moves a folder the tip adds to", work: map[string]string{"docs/guide.md": "", "manual/guide.md": "guide\n"},
-			tip: map[string]string{"docs/more.md": "m\n"}, want: false},
-		{name: "the work empties a folder and adds another", work: map[string]string{"docs/guide.md": "", "doc2/guide.md": "guide\n"},
-			tip: map[string]string{"README.md": "# z\n"}, want: true},
-		{name: "the tip made one of the changes already", work: map[string]string{"lib/new.go": "package lib\n", "README.md": "# same\n"},
-			tip: map[string]string{"README.md": "# same\n"}, want: false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
-			base := f.rev("refs/heads/main")
-			work := f.commit("refs/heads/work/x", base, tc.work, "work")
-			tip := f.commit("refs/heads/main", base, tc.tip, "tip")
-			tipTree := f.rev(tip + "^{tree}")
-			// Applied in process first: the trees it lists are exactly the
-			// ones the store lacks (before merge-tree writes them).
-			var policyDiff bytes.Buffer
-			if _, err := patch.DiffTrees(ctx, f.g, base, work, &policyDiff); err != nil {
-				t.Fatal(err)
-			}
-			changes, err := policy.ParseChanges(bytes.NewReader(policyDiff.Bytes()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			l2 := &lander{cat: newBatch(ctx, f.g)}
-			defer l2.cat.close()
-			applied, trees, ok := l2.applyChanges(tipTree, f.rev(work+"^{tree}"), changes)
-			for _, o := range trees {
-				if f.rev(o.oid+"^{tree}") != "" {
-					t.Fatalf("tree %s listed to write, but already stored", o.oid)
-				}
-			}
-			if tc.name == "disjoint files" && len(trees) != 1 {
-				t.Fatalf("disjoint files: %d new trees, want only the root (the changed folders are the work's own)", len(trees))
-			}
-			cmd := exec.Command("git", "--git-dir="+f.gitdir, "merge-tree", "--write-tree", tip, work)
-			cmd.Env = gitEnv(f.home)
-			mt, err := cmd.Output()
-			var ee *exec.ExitError
-			conflict := errors.As(err, &ee) && ee.ExitCode() == 1
-			if err != nil && !conflict {
-				t.Fatalf("merge-tree: %v", err)
-			}
-			merged := strings.Fields(string(mt))[0]
-			l := &lander{cat: newBatch(ctx, f.g)}
-			defer l.cat.close()
-			// same says whether from..to has the policy diff's changes; it
-			// must never say so when their diffs differ.
-			same := func(from, to string) (bool, bool) {
-				var d bytes.Buffer
-				if _, err := patch.DiffTrees(ctx, f.g, from, to, &d); err != nil {
-					t.Fatal(err)
-				}
-				equal := bytes.Equal(d.Bytes(), policyDiff.Bytes())
-				got := l.sameChanges(from, to, changes)
-				if got && !equal {
-					t.Fatalf("%s..%s: same changes, different diffs:\n%s\n---\n%s", from, to, policyDiff.Bytes(), d.Bytes())
-				}
-				return got, equal
-			}
-			if conflict {
-				if ok {
-					t.Fatalf("merge-tree finds a conflict, the change was applied in process as %s", applied)
-				}
-				return
-			}
-			if ok != tc.apply {
-				t.Fatalf("applied in process: %v, want %v", ok, tc.apply)
-			}
-			if ok {
-				if applied != merged {
-					t.Fatalf("applied tree %s, merge-tree's %s", applied, merged)
-				}
-				for _, o := range trees {
-					if got := f.git("cat-file", "-t", o.oid); got != "tree" { // merge-tree wrote the same trees
-						t.Fatalf("tree object %s: %s", o.oid, got)
-					}
-				}
-			}
-			got, equal := same(tipTree, merged)
-			if got != tc.want {
-				t.Fatalf("sameChanges = %v, want %v", got, tc.want)
-			}
-			if !got && equal && tc.name != "mode change only" {
-				t.Fatal("identical diffs not recognised")
-			}
-			// Other pairs of trees: the work's own, the base to the squash.
-			if got, _ := same(f.rev(base+"^{tree}"), f.rev(work+"^{tree}")); !got && tc.name != "mode change only" {
-				t.Fatal("the policy diff's own trees do not match its changes")
-			}
-			same(f.rev(base+"^{tree}"), merged)
-			same(tipTree, f.rev(work+"^{tree}"))
-		})
+// squashCase is one generated pair of changes from a common base: the
+// target's (tip) and the work's. quiet cases make the work on top of the
+// tip itself (the target did not move since the work's base).
+type squashCase struct {
+	base, tip, work map[string]string // path → "mode content" ("" absent)
+	quiet           bool
+}
+
+// corpusFile is a file of a generated tree: mode and content.
+func corpusFile(rng *rand.Rand, tag string) string {
+	switch rng.IntN(6) {
+	case 0:
+		return "100755 #!/bin/sh\necho " + tag + "\n"
+	case 1:
+		return "120000 ../target-" + tag
+	default:
+		var b strings.Builder
+		for i := range 3 + rng.IntN(5) {
+			fmt.Fprintf(&b, "line %d %s\n", i, tag)
+		}
+		return "100644 " + b.String()
 	}
 }
 
-// TestSquashInProcessRandom: on random changes of both sides (files added,
-// edited and removed, folders created and emptied), a squash applied in
-// process is always merge-tree's clean result.
-func TestSquashInProcessRandom(t *testing.T) {
+// corpusEdit changes files: additions, deletions, edits, mode changes,
+// renames (a file removed and its content added elsewhere), a file
+// replaced by a folder and a folder by a file.
+func corpusEdit(rng *rand.Rand, files map[string]string, paths []string, tag string) map[string]string {
+	out := maps.Clone(files)
+	present := func() []string { return slices.Sorted(maps.Keys(out)) }
+	for range 1 + rng.IntN(5) {
+		ps := present()
+		switch op := rng.IntN(8); {
+		case op == 0 || len(ps) == 0: // add
+			out[paths[rng.IntN(len(paths))]] = corpusFile(rng, tag)
+		case op == 1: // delete
+			delete(out, ps[rng.IntN(len(ps))])
+		case op == 2: // mode change, same content
+			p := ps[rng.IntN(len(ps))]
+			mode, body, _ := strings.Cut(out[p], " ")
+			switch mode {
+			case "100644":
+				out[p] = "100755 " + body
+			case "100755":
+				out[p] = "100644 " + body
+			}
+		case op == 3: // rename, maybe into another folder
+			p := ps[rng.IntN(len(ps))]
+			q := paths[rng.IntN(len(paths))]
+			if _, taken := out[q]; !taken {
+				out[q] = out[p]
+				delete(out, p)
+			}
+		case op == 4: // a file becomes a folder
+			p := ps[rng.IntN(len(ps))]
+			delete(out, p)
+			out[p+"/inner.txt"] = "100644 inner " + tag + "\n"
+		default: // edit one line (so both sides may touch the same file)
+			p := ps[rng.IntN(len(ps))]
+			mode, body, _ := strings.Cut(out[p], " ")
+			if mode == "120000" {
+				out[p] = mode + " ../moved-" + tag
+				continue
+			}
+			lines := strings.SplitAfter(body, "\n")
+			i := rng.IntN(len(lines))
+			lines[i] = "edited by " + tag + "\n"
+			out[p] = mode + " " + strings.Join(lines, "")
+		}
+	}
+	// A path that is now both a file and a folder's prefix keeps the folder.
+	for p := range out {
+		for dir := filepath.Dir(p); dir != "."; dir = filepath.Dir(dir) {
+			delete(out, dir)
+		}
+	}
+	return out
+}
+
+// fastImport writes the corpus as commits with one `git fast-import` and
+// returns the ids of each case's tip and work commits.
+func fastImport(t *testing.T, f *fixture, cases []squashCase) [][2]string {
+	t.Helper()
+	var s bytes.Buffer
+	mark := 0
+	commit := func(from int, files map[string]string, msg string) int {
+		mark++
+		fmt.Fprintf(&s, "commit refs/heads/corpus\nmark :%d\ncommitter T <t@example.test> 1700000000 +0000\ndata %d\n%s\n", mark, len(msg), msg)
+		if from > 0 {
+			fmt.Fprintf(&s, "from :%d\n", from)
+		}
+		s.WriteString("deleteall\n")
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			mode, body, _ := strings.Cut(files[p], " ")
+			fmt.Fprintf(&s, "M %s inline %s\ndata %d\n%s\n", mode, p, len(body), body)
+		}
+		return mark
+	}
+	marks := make([][2]int, len(cases))
+	for i, c := range cases {
+		b := commit(0, c.base, fmt.Sprintf("base %d", i))
+		tip := commit(b, c.tip, fmt.Sprintf("tip %d", i))
+		from := b
+		if c.quiet {
+			from = tip
+		}
+		marks[i] = [2]int{tip, commit(from, c.work, fmt.Sprintf("work %d", i))}
+	}
+	marksFile := filepath.Join(t.TempDir(), "marks")
+	f.runIn("", &s, "git", "--git-dir="+f.gitdir, "fast-import", "--quiet", "--force", "--export-marks="+marksFile)
+	raw, err := os.ReadFile(marksFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		m, id, _ := strings.Cut(line, " ")
+		ids[m] = id
+	}
+	out := make([][2]string, len(cases))
+	for i, m := range marks {
+		out[i] = [2]string{ids[fmt.Sprintf(":%d", m[0])], ids[fmt.Sprintf(":%d", m[1])]}
+	}
+	return out
+}
+
+// TestSquashMatchesMergeTree: on a random corpus of several hundred cases
+// (files added, deleted, edited, renamed, changed mode, turned into
+// folders, on both sides, so some conflict), the landing's squash is
+// `git merge-tree --write-tree`'s tree — its in-process shortcut (a
+// target that did not move) included — or, where merge-tree conflicts, a
+// conflict refusal; and its patch-id is always the one the canonical diff
+// from the tip to that tree has.
+func TestSquashMatchesMergeTree(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
-	rng := rand.New(rand.NewPCG(7, 11))
-	dirs := []string{"", "docs/", "lib/", "lib/sub/", "src/", "new/", "new/deep/"}
-	names := []string{"a.txt", "b.go", "c.md"}
-	files := map[string]string{}
-	for _, d := range dirs[:5] {
-		for _, n := range names {
-			files[d+n] = d + n + "\n"
-		}
+	rng := rand.New(rand.NewPCG(17, 2026))
+	n := 400
+	if testing.Short() {
+		n = 80
 	}
-	base := f.commit("refs/heads/base", f.rev("refs/heads/main"), files, "base")
-	edit := func(tag string) map[string]string {
-		m := map[string]string{}
-		for range 1 + rng.IntN(4) {
-			p := dirs[rng.IntN(len(dirs))] + names[rng.IntN(len(names))]
-			if rng.IntN(3) == 0 {
-				m[p] = ""
-			} else {
-				m[p] = p + " by " + tag + "\n"
-			}
+	paths := []string{"a.txt", "b.go", "run.sh", "docs/guide.md", "docs/deep/x.md", "lib/calc.go", "lib/sub/y.go", "new/z.txt", "l"}
+	cases := make([]squashCase, n)
+	for i := range cases {
+		base := map[string]string{}
+		for _, p := range paths[:3+rng.IntN(len(paths)-3)] {
+			base[p] = corpusFile(rng, fmt.Sprintf("base%d", i))
 		}
-		return m
+		c := squashCase{base: base, quiet: rng.IntN(3) == 0}
+		c.tip = base
+		if !c.quiet || rng.IntN(2) == 0 {
+			c.tip = corpusEdit(rng, base, paths, fmt.Sprintf("tip%d", i))
+		}
+		from := base
+		if c.quiet {
+			from = c.tip
+		}
+		c.work = corpusEdit(rng, from, paths, fmt.Sprintf("work%d", i))
+		cases[i] = c
 	}
-	applied := 0
-	for i := range 60 {
-		tip := f.commit("refs/heads/tip", base, edit("tip"), "tip")
-		work := f.commit("refs/heads/work", base, edit("work"), "work")
-		var d bytes.Buffer
-		if _, err := patch.DiffTrees(ctx, f.g, base, work, &d); err != nil {
-			t.Fatal(err)
+	ids := fastImport(t, f, cases)
+
+	l := &lander{g: f.g, bg: ctx, cat: git.NewObjects(ctx, f.g)}
+	defer l.cat.Close()
+	l.startDiffer()
+	defer l.closeDiffer()
+	defer l.wg.Wait()
+	quiet, conflicts, clean := 0, 0, 0
+	for i, c := range cases {
+		tip, work := ids[i][0], ids[i][1]
+		sp := l.at(tip, work) // what a landing runs
+		got := sp.squash()
+		sp.policyChanges()
+		if _, ok := l.quietTarget(tip, work); ok != c.quiet {
+			t.Fatalf("case %d: quiet path %v, want %v", i, ok, c.quiet)
 		}
-		changes, err := policy.ParseChanges(&d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &lander{cat: newBatch(ctx, f.g)}
-		tree, _, ok := l.applyChanges(f.rev(tip+"^{tree}"), f.rev(work+"^{tree}"), changes)
-		l.cat.close()
-		if !ok {
-			continue
-		}
-		applied++
-		cmd := exec.Command("git", "--git-dir="+f.gitdir, "merge-tree", "--write-tree", tip, work)
+		cmd := exec.Command("git", "--git-dir="+f.gitdir, "merge-tree", "--write-tree", "--no-messages", tip, work)
 		cmd.Env = gitEnv(f.home)
 		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("case %d: applied in process as %s, merge-tree: %v\n%s", i, tree, err, out)
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 1 {
+			conflicts++
+			var rf *refusal.Refusal
+			if !errors.As(got.err, &rf) || rf.Code != "conflict" {
+				t.Fatalf("case %d: merge-tree conflicts, the landing's squash gives %s (%v)", i, got.tree, got.err)
+			}
+			continue
 		}
-		if merged := strings.Fields(string(out))[0]; merged != tree {
-			t.Fatalf("case %d: applied %s, merge-tree %s", i, tree, merged)
+		if err != nil {
+			t.Fatalf("case %d: merge-tree: %v", i, err)
+		}
+		if got.err != nil {
+			t.Fatalf("case %d: merge-tree merges cleanly, the landing's squash: %v", i, got.err)
+		}
+		clean++
+		if c.quiet {
+			quiet++
+		}
+		merged := strings.Fields(string(out))[0]
+		if got.tree != merged {
+			t.Fatalf("case %d (quiet %v): squash %s, merge-tree %s", i, c.quiet, got.tree, merged)
+		}
+		want, err := patch.DiffTrees(ctx, f.g, tip, merged, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.pid != want {
+			t.Fatalf("case %d: squash patch-id %s, the canonical diff of tip..merge-tree has %s", i, orNone(got.pid), orNone(want))
 		}
 	}
-	t.Logf("%d of 60 applied in process", applied)
-	if applied < 10 {
-		t.Fatalf("only %d of 60 cases were applied in process", applied)
+	t.Logf("%d cases: %d clean (%d quiet), %d conflicts", n, clean, quiet, conflicts)
+	if quiet < n/10 || conflicts < n/20 || clean-quiet < n/10 {
+		t.Fatalf("the corpus does not cover every path: %d clean (%d quiet), %d conflicts", clean, quiet, conflicts)
 	}
 }

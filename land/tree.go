@@ -8,20 +8,20 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
 // changes parses the canonical diff from the merge base of tip and the
-// approved commit to the approved commit into policy changes (one git
-// process finds the base and diffs) and returns its binding patch-id too.
-// patch.ErrNoMergeBase when they share no history.
-func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Change, string, error) {
+// approved commit to the approved commit, which diff writes (and whose
+// patch-id it returns), into policy changes. patch.ErrNoMergeBase when
+// they share no history.
+func (l *lander) changes(ctx context.Context, tip, approved string, diff func(io.Writer) (string, error)) ([]policy.Change, string, error) {
 	pr, pw := io.Pipe()
 	type diffed struct {
 		pid string
@@ -29,14 +29,9 @@ func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Ch
 	}
 	done := make(chan diffed, 1)
 	go func() {
-		var r diffed
-		d, err := l.differ()
-		if err == nil {
-			r.pid, err = d.DiffFromMergeBase(ctx, tip, approved, pw)
-		}
-		r.err = err
+		pid, err := diff(pw)
 		pw.CloseWithError(err)
-		done <- r
+		done <- diffed{pid, err}
 	}()
 	cs, perr := policy.ParseChanges(pr)
 	if perr == nil {
@@ -60,10 +55,10 @@ func (l *lander) changes(ctx context.Context, tip, approved string) ([]policy.Ch
 // landing policy. Top-level names come from the root tree; deeper paths are
 // asked one at a time and cached. An error answers "no", which can only
 // make the policy stricter.
-func (l *lander) existsAt(root object) (func(string) bool, error) {
-	es, err := parseTree(root.Content)
+func (l *lander) existsAt(root git.Object) (func(string) bool, error) {
+	es, err := git.ParseTree(root.Content)
 	if err != nil {
-		return nil, fmt.Errorf("tree %s: %w", root.OID, err)
+		return nil, fmt.Errorf("tree %s: %w", root.ID, err)
 	}
 	known := map[string]bool{}
 	for _, e := range es {
@@ -74,8 +69,8 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 		if v, ok := known[p]; ok || !strings.Contains(p, "/") {
 			return v
 		}
-		o, err := l.cat.get(root.OID + ":" + p)
-		v := err == nil && o.OID != ""
+		o, err := l.cat.Get(root.ID + ":" + p)
+		v := err == nil && o.ID != ""
 		known[p] = v
 		return v
 	}, nil
@@ -84,19 +79,19 @@ func (l *lander) existsAt(root object) (func(string) bool, error) {
 // linkAt answers "is this path a symlink in the tip's tree, and to what?"
 // for the landing policy, which follows a new link through the tip's links.
 // Each parent folder is read once; an error answers "no link".
-func (l *lander) linkAt(root object) func(string) (string, bool) {
-	entries := map[string][]treeEntry{}
-	dirEntries := func(dir string) []treeEntry {
+func (l *lander) linkAt(root git.Object) func(string) (string, bool) {
+	entries := map[string][]git.TreeEntry{}
+	dirEntries := func(dir string) []git.TreeEntry {
 		if es, ok := entries[dir]; ok {
 			return es
 		}
-		name := root.OID
+		name := root.ID
 		if dir != "" {
 			name += ":" + dir
 		}
-		var es []treeEntry
-		if o, err := l.cat.get(name); err == nil && o.Type == "tree" {
-			es, _ = parseTree(o.Content)
+		var es []git.TreeEntry
+		if o, err := l.cat.Get(name); err == nil && o.Type == "tree" {
+			es, _ = git.ParseTree(o.Content)
 		}
 		entries[dir] = es
 		return es
@@ -107,8 +102,8 @@ func (l *lander) linkAt(root object) func(string) (string, bool) {
 			dir, base = p[:i], p[i+1:]
 		}
 		for _, e := range dirEntries(dir) {
-			if e.Name == base && e.Mode == "120000" {
-				o, err := l.cat.get(e.OID)
+			if e.Name == base && e.Mode == git.ModeSymlink {
+				o, err := l.cat.Get(e.Hash.String())
 				if err != nil || o.Type != "blob" {
 					return "/", true // unreadable: taken as a link out of the repository
 				}
@@ -117,29 +112,6 @@ func (l *lander) linkAt(root object) func(string) (string, bool) {
 		}
 		return "", false
 	}
-}
-
-// squash merges the approved commit onto tip without a checkout and returns
-// the resulting tree, or a conflict refusal.
-func (l *lander) squash(ctx context.Context, tip, approved string) (string, error) {
-	out, err := l.g.Run(ctx, "merge-tree", "--write-tree", "--no-messages", "--name-only", tip, approved)
-	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 1 && len(lines) > 1 {
-			r := refusal.New("conflict",
-				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", short(tip), len(lines)-1),
-				"rebase the work onto the target, review and approve again, then land")
-			r.Detail = strings.Join(lines[1:], "\n")
-			return "", r
-		}
-		return "", fmt.Errorf("squash onto %s: %w", short(tip), err)
-	}
-	tree := strings.TrimSpace(lines[0])
-	if len(tree) < 40 {
-		return "", fmt.Errorf("squash onto %s: unexpected merge-tree output %q", short(tip), out)
-	}
-	return tree, nil
 }
 
 // gate runs the gate on exactly tree, in a scratch root under the data
@@ -191,7 +163,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		"CONDUCTOR_LAND_TARGET="+l.target,
 		"CONDUCTOR_LAND_PARENT="+tip,
 		"CONDUCTOR_LAND_TREE="+tree,
-		"CONDUCTOR_LAND_REVIEWED="+l.approved.OID,
+		"CONDUCTOR_LAND_REVIEWED="+l.approved.ID,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
 	return runGate(ctx, l.o.Sandbox, cmds, dir, sbRoot, env)
@@ -200,7 +172,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 // checkoutTree makes the worktree's index and files exactly tree, checks
 // it, and unlinks the worktree's .git so that nothing the gate runs reaches
 // the repository through git.
-func checkoutTree(ctx context.Context, wg patch.Git, tree string) error {
+func checkoutTree(ctx context.Context, wg git.Git, tree string) error {
 	if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
 		return fmt.Errorf("gate worktree: check out %s: %w", short(tree), err)
 	}
@@ -232,12 +204,12 @@ func safeName(s string) string {
 
 // scratchGit returns a Git for a scratch worktree created by land: its admin
 // dir is found among the repository's worktrees by the path it records.
-func (l *lander) scratchGit(dir string) (patch.Git, error) {
+func (l *lander) scratchGit(dir string) (git.Git, error) {
 	admin, ok := l.adminDirs()[dir]
 	if !ok {
-		return patch.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
+		return git.Git{}, fmt.Errorf("scratch worktree %s: no admin dir in %s", dir, l.g.GitDir)
 	}
-	return patch.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}, nil
+	return git.Git{GitDir: admin, WorkTree: dir, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}, nil
 }
 
 // adminDirs maps the worktree path recorded in each admin dir under
@@ -301,7 +273,7 @@ func (l *lander) cleanStale(ctx context.Context) error {
 // targetWT is a worktree that has the target branch checked out.
 type targetWT struct {
 	path string
-	g    patch.Git
+	g    git.Git
 	ref  string
 }
 
@@ -317,12 +289,12 @@ func (l *lander) targetWorktree(ctx context.Context) (*targetWT, error) {
 		bare, _ := l.g.Line(ctx, "config", "--bool", "core.bare")
 		if bare != "true" {
 			wt := filepath.Dir(l.g.GitDir)
-			return &targetWT{path: wt, ref: l.ref, g: patch.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
+			return &targetWT{path: wt, ref: l.ref, g: git.Git{GitDir: l.g.GitDir, WorkTree: wt, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	for path, admin := range l.adminDirs() {
 		if head(admin) {
-			return &targetWT{path: path, ref: l.ref, g: patch.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
+			return &targetWT{path: path, ref: l.ref, g: git.Git{GitDir: admin, WorkTree: path, Env: l.g.Env, Config: l.g.Config, Scratch: l.g.Scratch}}, nil
 		}
 	}
 	return nil, nil
@@ -346,7 +318,7 @@ func (w *targetWT) check(ctx context.Context, tip, tree string) error {
 		return refuse(strings.ReplaceAll(strings.TrimRight(string(st), "\x00"), "\x00", "\n"))
 	}
 	if _, err := w.g.Run(ctx, "read-tree", "-m", "-u", "-n", tip, tree); err != nil {
-		var ge *patch.GitError
+		var ge *git.GitError
 		if errors.As(err, &ge) {
 			return refuse(strings.TrimSpace(string(ge.Stderr)))
 		}

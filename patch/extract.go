@@ -3,7 +3,6 @@ package patch
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // CanonicalDiffArgs returns the options of the one canonical diff form that
@@ -197,7 +198,7 @@ func seedIndex(n *neutralRepo, gitDir string) bool {
 		return false
 	}
 	b, err := os.ReadFile(src)
-	if err != nil || !indexSeedable(b) {
+	if err != nil || !git.IndexSeedable(b) {
 		return false
 	}
 	err = os.WriteFile(n.indexFile(), b, 0o600)
@@ -211,88 +212,9 @@ func seedIndex(n *neutralRepo, gitDir string) bool {
 	return true
 }
 
-// IndexIsPlain reports whether the index file at path exists and every
-// entry is one git refreshes from the file's stat data (see indexSeedable):
-// no assume-unchanged or skip-worktree bit, no conflict, no split or
-// sparse index. An index that is not plain can hide a file's change from
-// `git status`, `add` and `reset`.
-func IndexIsPlain(path string) bool {
-	b, err := os.ReadFile(path)
-	return err == nil && indexSeedable(b)
-}
-
-// indexSeedable scans an index file (gitformat-index: versions 2 to 4) and
-// reports whether every entry is a plain stage-0 entry git refreshes from
-// the file's stat data: no assume-unchanged (CE_VALID) or skip-worktree bit,
-// no conflict stage, and no split-index ("link") or sparse-directory
-// ("sdir") extension.
-func indexSeedable(b []byte) bool {
-	if len(b) < 12+20 || string(b[:4]) != "DIRC" {
-		return false
-	}
-	version := binary.BigEndian.Uint32(b[4:8])
-	if version < 2 || version > 4 {
-		return false
-	}
-	count := binary.BigEndian.Uint32(b[8:12])
-	end := len(b) - 20 // the trailing checksum
-	off := 12
-	for i := uint32(0); i < count; i++ {
-		const fixed = 62 // stat data, object id, flags
-		if off+fixed > end {
-			return false
-		}
-		flags := binary.BigEndian.Uint16(b[off+60:])
-		if flags&0x8000 != 0 || flags&0x3000 != 0 { // assume-valid, stage
-			return false
-		}
-		start := off + fixed
-		if flags&0x4000 != 0 { // extended flags
-			if version < 3 || start+2 > end {
-				return false
-			}
-			if binary.BigEndian.Uint16(b[start:])&0x4000 != 0 { // skip-worktree
-				return false
-			}
-			start += 2
-		}
-		if version == 4 {
-			// A varint (bytes to strip from the previous name), then the
-			// rest of the name up to a NUL; no padding.
-			for start < end && b[start]&0x80 != 0 {
-				start++
-			}
-			if start++; start > end {
-				return false
-			}
-			nul := bytes.IndexByte(b[start:end], 0)
-			if nul < 0 {
-				return false
-			}
-			off = start + nul + 1
-			continue
-		}
-		nul := bytes.IndexByte(b[start:end], 0)
-		if nul < 0 {
-			return false
-		}
-		// The entry is NUL-padded to a multiple of 8 bytes (1 to 8 NULs).
-		off += (start - off + nul + 8) &^ 7
-	}
-	// Extensions: a 4-byte signature and a 4-byte size each.
-	for off+8 <= end {
-		sig := string(b[off : off+4])
-		if sig == "link" || sig == "sdir" {
-			return false
-		}
-		size := int64(binary.BigEndian.Uint32(b[off+4:]))
-		if size > int64(end-off-8) {
-			return false
-		}
-		off += 8 + int(size)
-	}
-	return off == end
-}
+// IndexIsPlain is git.IndexIsPlain: whether every entry of an index file
+// is one git refreshes from the file's stat data.
+func IndexIsPlain(path string) bool { return git.IndexIsPlain(path) }
 
 // DiffTrees writes the canonical diff (the form Extract produces) between
 // two commits or trees of g's repository to w and returns its binding
@@ -372,19 +294,6 @@ func (d *TreeDiffer) DiffFromMergeBase(ctx context.Context, a, b string, w io.Wr
 		return "", fmt.Errorf("diff %s...%s: %w", a, b, err)
 	}
 	return id, nil
-}
-
-// IsObjectID reports whether s is a full SHA-1 object id in lower-case hex.
-func IsObjectID(s string) bool {
-	if len(s) != 40 {
-		return false
-	}
-	for _, c := range s {
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // parseRawLine reads one line of `diff-tree --raw` output (without -z:

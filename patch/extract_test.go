@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // fastImportTree writes the generator's file set as a root commit on ref
@@ -601,41 +603,41 @@ func TestIndexSeedable(t *testing.T) {
 	}
 	for _, v := range []string{"2", "3", "4"} {
 		testGit(t, repo, nil, "update-index", "--index-version", v)
-		if !indexSeedable(read()) {
+		if !git.IndexSeedable(read()) {
 			t.Errorf("a plain version %s index is not seedable", v)
 		}
 	}
 	testGit(t, repo, nil, "update-index", "--index-version", "2")
 	b := read()
 	for _, cut := range []int{0, 11, 40, len(b) / 2, len(b) - 21} {
-		if indexSeedable(b[:cut]) {
+		if git.IndexSeedable(b[:cut]) {
 			t.Errorf("an index cut at %d bytes is seedable", cut)
 		}
 	}
 	for _, v := range []string{"3", "4"} {
 		testGit(t, repo, nil, "update-index", "--index-version", v)
 		testGit(t, repo, nil, "update-index", "--skip-worktree", "d1/nn")
-		if indexSeedable(read()) {
+		if git.IndexSeedable(read()) {
 			t.Errorf("version %s: an index with a skip-worktree entry is seedable", v)
 		}
 		testGit(t, repo, nil, "update-index", "--no-skip-worktree", "d1/nn")
 		testGit(t, repo, nil, "update-index", "--assume-unchanged", "d2/nnn")
-		if indexSeedable(read()) {
+		if git.IndexSeedable(read()) {
 			t.Errorf("version %s: an index with an assume-unchanged entry is seedable", v)
 		}
 		testGit(t, repo, nil, "update-index", "--no-assume-unchanged", "d2/nnn")
-		if !indexSeedable(read()) {
+		if !git.IndexSeedable(read()) {
 			t.Errorf("version %s: the bits cleared, the index is still not seedable", v)
 		}
 	}
 	testGit(t, repo, nil, "update-index", "--split-index")
-	if indexSeedable(read()) {
+	if git.IndexSeedable(read()) {
 		t.Error("a split index is seedable")
 	}
 	testGit(t, repo, nil, "update-index", "--no-split-index")
 	blob := strings.TrimSpace(string(testGit(t, repo, []byte("x\n"), "hash-object", "-w", "--stdin")))
 	testGit(t, repo, []byte("100644 "+blob+" 1\tconflict\n100644 "+blob+" 2\tconflict\n"), "update-index", "--index-info")
-	if indexSeedable(read()) {
+	if git.IndexSeedable(read()) {
 		t.Error("a conflicted index is seedable")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // samplePatches are the diffs in testdata/patches (canonical extract form,
@@ -151,7 +153,7 @@ func FuzzIndexSeedable(f *testing.F) {
 		testGit(f, repo, nil, "update-index", "--no-skip-worktree", "f1")
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		indexSeedable(b)
+		git.IndexSeedable(b)
 	})
 }
 
@@ -176,7 +178,7 @@ func FuzzIndexEntries(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		n := 0
-		indexEntries(b, func(uint32, string) { n++ })
+		git.IndexEntries(b, func(uint32, string) { n++ })
 		if n > len(b) {
 			t.Fatalf("%d entries from %d bytes", n, len(b))
 		}

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // Hazard codes: what a worktree may hold that host git must never see.
@@ -394,114 +396,5 @@ func EscapePath(p string) string {
 	return b.String()
 }
 
-// IndexGitlinks returns the paths of the gitlink (submodule) entries of the
-// index file at path, in index order. It reads the file only (versions 2 to
-// 4); an index it cannot parse is an error.
-func IndexGitlinks(path string) ([]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var links []string
-	err = indexEntries(b, func(mode uint32, name string) {
-		if mode&0o170000 == 0o160000 {
-			links = append(links, name)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("index %s: %w", path, err)
-	}
-	return links, nil
-}
-
-// indexEntries calls fn with the mode and path of each entry of an index
-// file (gitformat-index, versions 2 to 4).
-func indexEntries(b []byte, fn func(mode uint32, name string)) error {
-	if len(b) < 12+20 || string(b[:4]) != "DIRC" {
-		return errors.New("not an index file")
-	}
-	be := func(off int) uint32 {
-		return uint32(b[off])<<24 | uint32(b[off+1])<<16 | uint32(b[off+2])<<8 | uint32(b[off+3])
-	}
-	version := be(4)
-	if version < 2 || version > 4 {
-		return fmt.Errorf("index version %d not supported", version)
-	}
-	count := be(8)
-	end := len(b) - 20
-	off := 12
-	prev := ""
-	for i := uint32(0); i < count; i++ {
-		const fixed = 62
-		if off+fixed > end {
-			return errors.New("truncated entry")
-		}
-		mode := be(off + 24)
-		flags := uint16(b[off+60])<<8 | uint16(b[off+61])
-		start := off + fixed
-		if flags&0x4000 != 0 {
-			if version < 3 {
-				return errors.New("extended flags in a version 2 index")
-			}
-			start += 2
-		}
-		if start >= end { // a name takes at least its NUL
-			return errors.New("truncated entry")
-		}
-		if version == 4 {
-			// Bytes to strip from the previous name (git's offset
-			// varint), then the rest of the name up to a NUL.
-			c := b[start]
-			start++
-			strip := int(c & 127)
-			for c&128 != 0 {
-				if start >= end || strip > len(b) {
-					return errors.New("bad name prefix")
-				}
-				c = b[start]
-				start++
-				strip = (strip+1)<<7 | int(c&127)
-			}
-			if strip > len(prev) {
-				return errors.New("bad name prefix")
-			}
-			nul := bytesIndex0(b[start:end])
-			if nul < 0 {
-				return errors.New("unterminated name")
-			}
-			prev = prev[:len(prev)-strip] + string(b[start:start+nul])
-			fn(mode, prev)
-			off = start + nul + 1
-			continue
-		}
-		nul := bytesIndex0(b[start:end])
-		if nul < 0 {
-			return errors.New("unterminated name")
-		}
-		fn(mode, string(b[start:start+nul]))
-		off += (start - off + nul + 8) &^ 7
-	}
-	// A split index keeps entries in another file, a sparse one folds
-	// folders: neither lists every entry here.
-	for off+8 <= end {
-		sig := string(b[off : off+4])
-		if sig == "link" || sig == "sdir" {
-			return fmt.Errorf("a split or sparse index (%s extension)", sig)
-		}
-		size := int(be(off + 4))
-		if size < 0 || size > end-off-8 {
-			return errors.New("truncated extension")
-		}
-		off += 8 + size
-	}
-	return nil
-}
-
-func bytesIndex0(b []byte) int {
-	for i, c := range b {
-		if c == 0 {
-			return i
-		}
-	}
-	return -1
-}
+// IndexGitlinks is git.IndexGitlinks: the gitlink paths of an index file.
+func IndexGitlinks(path string) ([]string, error) { return git.IndexGitlinks(path) }

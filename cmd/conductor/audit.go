@@ -1,6 +1,10 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -43,7 +47,7 @@ func newAuditCmd(d *deps) *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := rep.Print(d.Stdout, c.Bool("json")); err != nil {
+			if err := renderAudit(d.Stdout, c.Bool("json"), rep); err != nil {
 				return err
 			}
 			if rf := rep.Refusal(); rf != nil {
@@ -52,4 +56,36 @@ func newAuditCmd(d *deps) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// renderAudit prints an audit report for people, or as one JSON object.
+func renderAudit(w io.Writer, asJSON bool, r land.AuditReport) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(r)
+	}
+	orNone := func(s string) string { return cmp.Or(s, "(empty diff)") }
+	status := "ok"
+	if !r.OK {
+		status = "MISMATCH"
+	}
+	if _, err := fmt.Fprintf(w, "audit %s: %s\n  patch-id %s (re-derived)\n", r.Commit, status, orNone(r.PatchID)); err != nil {
+		return err
+	}
+	for _, c := range r.Checks {
+		mark := "ok  "
+		if !c.OK {
+			mark = "FAIL"
+		}
+		line := fmt.Sprintf("  %s %s", mark, c.Name)
+		if !c.OK && (c.Want != "" || c.Got != "") {
+			line += fmt.Sprintf(": want %s, got %s", orNone(c.Want), orNone(c.Got))
+		}
+		if c.Detail != "" {
+			line += " (" + c.Detail + ")"
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
 }

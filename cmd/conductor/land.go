@@ -3,8 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge"
+	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
 )
@@ -106,11 +109,17 @@ func landAction(c *cli.Context, d *deps) (err error) {
 		Now:        d.Now,
 		Getenv:     d.Getenv,
 		Worktree:   c.Bool("worktree"),
-		Out:        d.Stdout,
-		JSON:       c.Bool("json"),
 		Log:        d.Log,
 		Fault:      faultInjector(d.Getenv, "land"),
 	})
+	// What was landed, or refused (nothing changed), is printed; another
+	// error is only the error.
+	var rf *refusal.Refusal
+	if err == nil || errors.As(err, &rf) {
+		if perr := renderLandOutcome(d.Stdout, c.Bool("json"), out); perr != nil && err == nil {
+			err = perr
+		}
+	}
 	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
 		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
 	}
@@ -139,6 +148,26 @@ func landAction(c *cli.Context, d *deps) (err error) {
 	}
 	fmt.Fprintf(d.Stderr, "closed issue #%d (landed as %s on %s)\n", issue, out.Commit, out.Target)
 	return nil
+}
+
+// renderLandOutcome prints a landing's outcome for people, or as one JSON
+// object.
+func renderLandOutcome(w io.Writer, asJSON bool, out land.Outcome) error {
+	if asJSON {
+		return json.NewEncoder(w).Encode(out)
+	}
+	var err error
+	switch out.Status {
+	case land.StatusLanded:
+		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case land.StatusAlreadyLanded:
+		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
+	case land.StatusDryRun:
+		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s\n",
+			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
+			indentLines(out.Message, "    "))
+	}
+	return err
 }
 
 // faultInjector returns a hook that SIGKILLs the process at the step named

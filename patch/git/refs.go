@@ -1,4 +1,4 @@
-package patch
+package git
 
 import (
 	"errors"
@@ -33,4 +33,22 @@ func ReadRefs(gitDir string, names ...string) ([]string, error) {
 		ids[i] = r.Hash().String()
 	}
 	return ids, nil
+}
+
+// SymbolicRef returns the ref that name points to when name is a symbolic
+// ref in gitDir ("ref: refs/heads/other"), "" when it is a plain ref or
+// does not exist. It reads in process, without following the link.
+func SymbolicRef(gitDir, name string) (string, error) {
+	st := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(0), filesystem.Options{})
+	r, err := st.Reference(plumbing.ReferenceName(name))
+	if errors.Is(err, plumbing.ErrReferenceNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if r.Type() == plumbing.SymbolicReference {
+		return r.Target().String(), nil
+	}
+	return "", nil
 }
