@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -61,7 +60,7 @@ func newAuditCmd(d *deps) *cli.Command {
 // renderAudit prints an audit report for people, or as one JSON object.
 func renderAudit(w io.Writer, asJSON bool, r land.AuditReport) error {
 	if asJSON {
-		return json.NewEncoder(w).Encode(r)
+		return writeJSON(w, r)
 	}
 	orNone := func(s string) string { return cmp.Or(s, "(empty diff)") }
 	status := "ok"

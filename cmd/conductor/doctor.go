@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/url"
@@ -110,9 +109,7 @@ A malformed value stops every command with exit status 2 naming it.`,
 func printConfig(w io.Writer, cfg conductor.Config, asJSON bool) error {
 	knobs := cfg.Knobs()
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{"configFile": cfg.ConfigFile, "knobs": knobs})
+		return writeJSON(w, map[string]any{"configFile": cfg.ConfigFile, "knobs": knobs})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KNOB\tVALUE\tSOURCE\tSET BY")

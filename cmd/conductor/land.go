@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -154,7 +153,7 @@ func landAction(c *cli.Context, d *deps) (err error) {
 // object.
 func renderLandOutcome(w io.Writer, asJSON bool, out land.Outcome) error {
 	if asJSON {
-		return json.NewEncoder(w).Encode(out)
+		return writeJSON(w, out)
 	}
 	var err error
 	switch out.Status {
