@@ -140,7 +140,7 @@ func (r Report) FollowUp(text string) string {
 // ".lock" or ".".
 func WorkRef(taskID string) (string, error) {
 	if !runrec.ValidName(taskID) || strings.HasSuffix(taskID, ".lock") || strings.HasSuffix(taskID, ".") {
-		return "", fmt.Errorf("task id %q cannot name a work branch (want %s; not ending in '.' or '.lock')", taskID, runrec.NameRule)
+		return "", fmt.Errorf("task id %q cannot name a work branch (%s; not ending in '.' or '.lock')", taskID, runrec.NameRule)
 	}
 	return "refs/heads/work/" + taskID, nil
 }

@@ -16,7 +16,7 @@ import (
 var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
 // NameRule says in words what ValidName accepts (for error messages).
-const NameRule = "letters, digits, '.', '_', '-'; at most 128; no '..'"
+const NameRule = "use letters, digits, '.', '_' or '-', starting with a letter or digit, at most 128, no '..'"
 
 // ValidName reports whether s can name a run, a task, a workspace or a
 // session.
