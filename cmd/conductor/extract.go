@@ -93,13 +93,10 @@ func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
 		if dir := filepath.Dir(opts.Output); !isDir(dir) {
 			return fmt.Errorf("extract: -o %s: folder %s does not exist", opts.Output, dir)
 		}
-		var exErr error // the extraction's own error, said as it is
-		err := runrec.WriteAtomic(opts.Output, 0o644, func(w io.Writer) error {
-			exErr = extract(w)
-			return exErr
-		})
+		var exErr error
+		err := runrec.WriteAtomic(opts.Output, 0o644, func(w io.Writer) error { exErr = extract(w); return exErr })
 		if exErr != nil {
-			return exErr
+			return exErr // the extraction's own error (nothing was written)
 		}
 		if err != nil {
 			return fmt.Errorf("extract: -o %s: %w", opts.Output, err)
