@@ -239,6 +239,9 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 		cancel() // stops what a refusal left running
 		l.wg.Wait()
 		l.closeDiffer()
+		if l.cat != nil {
+			l.cat.Close()
+		}
 	}()
 
 	// Landings on one target serialize on this lock (held through the gate).
@@ -396,8 +399,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 	if err != nil {
 		refs = []string{"", ""} // git resolves them by name below
 	}
-	l.cat = git.NewObjects(ctx, l.g)
-	defer l.cat.Close()
+	l.cat = git.NewObjects(ctx, l.g) // closed by run, once nothing started reads it
 	if err := l.checkRefs(ctx); err != nil {
 		return out, err
 	}
