@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -174,6 +174,11 @@ var migrations = []migration{
 			ttl         BIGINT NOT NULL,
 			stopped_at  BIGINT NOT NULL DEFAULT 0
 		)`,
+	}},
+	// Checkpoints are scoped to the run's workspace (issue 20.6); rows
+	// written before carry an empty workspace.
+	{version: 5, name: "checkpoint workspace", stmts: []string{
+		`ALTER TABLE checkpoints ADD COLUMN workspace TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 
