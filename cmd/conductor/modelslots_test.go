@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -210,7 +209,7 @@ func openTestSlots(t *testing.T, home, redisURL string) queue.SlotStore {
 	t.Cleanup(func() { st.Close() })
 	ss, ok := st.(queue.SlotStore)
 	if !ok {
-		t.Fatal(fmt.Sprintf("store %T keeps no model slots", st))
+		t.Fatalf("store %T keeps no model slots", st)
 	}
 	return ss
 }
