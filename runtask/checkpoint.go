@@ -30,12 +30,32 @@ func (r *runner) checkpoint(ctx context.Context) {
 		return
 	}
 	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
-		Worktree: st.Worktree, CreatedAt: r.now()}
+		Worktree: st.Worktree, Branch: r.workBranch(ctx), Workspace: r.task.Workspace, CreatedAt: r.now()}
 	err = r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp)
 	r.storeResult(err, fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
 	if err == nil {
 		r.event(ctx, bus.EventCheckpoint, map[string]any{"step": st.Step, "files": len(cp.Files)})
 	}
+}
+
+// workBranch is the run's work branch, when it has one: the branch its
+// worktree is on, else the task's work branch (refs/heads/work/<task id>,
+// made by review) when the repository has it, as a refinement round has.
+// Both are read from the conductor's git dirs, never from the worktree.
+func (r *runner) workBranch(ctx context.Context) string {
+	if r.lease != nil {
+		if b := r.lease.headBranch(); b != "" {
+			return b
+		}
+	}
+	if runrec.ValidTaskID(r.task.ID) != nil {
+		return ""
+	}
+	ref := "refs/heads/work/" + r.task.ID
+	if _, err := r.repo.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}"); err != nil {
+		return ""
+	}
+	return ref
 }
 
 // event records one lifecycle event of the run in the store (when it keeps
@@ -81,6 +101,11 @@ func (r *runner) checkpointState(ctx context.Context, runID string) (*sessionSta
 	cp, err := r.opts.Store.LatestCheckpoint(ctx, runID)
 	if err != nil {
 		return nil, fmt.Errorf("resume %s: no checkpoint: %w", runID, err)
+	}
+	// Checkpoints are workspace-scoped: one of another workspace is not
+	// this task's to continue (rows from before schema 5 carry none).
+	if cp.Workspace != "" && cp.Workspace != r.task.Workspace {
+		return nil, fmt.Errorf("resume %s: its checkpoint belongs to workspace %q, not the task's %q", runID, cp.Workspace, r.task.Workspace)
 	}
 	dir := runrec.Dir(r.cfg.RunDir(runID))
 	res, err := dir.ReadResult()

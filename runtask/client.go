@@ -71,6 +71,22 @@ type clientOptions struct {
 	logger    *slog.Logger
 	sleep     func(ctx context.Context, d time.Duration) error
 	now       func() time.Time
+	slots     ModelSlots
+}
+
+// ModelSlots bounds the requests to a model alias across processes and
+// hosts (the conductor passes a semaphore in Redis or the bus store):
+// Acquire waits until the caller holds one of max slots of alias, or ctx
+// ends; release frees it. An outage of the semaphore's store is waited out
+// inside Acquire: its only error is ctx's.
+type ModelSlots interface {
+	Acquire(ctx context.Context, alias string, max int) (release func(), err error)
+}
+
+// WithSlots makes every request to an alias with a maxConcurrent hold one
+// of its slots in s too (after the process-wide Limiter).
+func WithSlots(s ModelSlots) ClientOption {
+	return func(o *clientOptions) { o.slots = s }
 }
 
 // WithTransport sets the base transport (default http.DefaultTransport).
@@ -95,6 +111,7 @@ type httpClient struct {
 	spec    ModelSpec
 	api     *openai.Client
 	limiter *AliasLimiter
+	slots   ModelSlots // nil: the bound holds in this process only
 	secret  string
 }
 
@@ -139,7 +156,7 @@ func newHTTPClient(spec ModelSpec, key string, lim *AliasLimiter, o clientOption
 	cfg := openai.DefaultConfig("") // the key is added by authTransport, below logging
 	cfg.BaseURL = strings.TrimRight(spec.BaseURL, "/")
 	cfg.HTTPClient = &http.Client{Transport: rt}
-	return &httpClient{spec: spec, api: openai.NewClientWithConfig(cfg), limiter: lim, secret: key}
+	return &httpClient{spec: spec, api: openai.NewClientWithConfig(cfg), limiter: lim, slots: o.slots, secret: key}
 }
 
 // Complete sends one chat completion request and returns the normalised
@@ -150,6 +167,13 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 		return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
 	}
 	defer release()
+	if c.slots != nil && c.spec.MaxConcurrent > 0 {
+		free, err := c.slots.Acquire(ctx, c.spec.Alias, c.spec.MaxConcurrent)
+		if err != nil {
+			return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
+		}
+		defer free()
+	}
 	creq := openai.ChatCompletionRequest{
 		Model:    c.spec.Model,
 		Messages: req.Messages,

@@ -339,7 +339,7 @@ func (p *piSession) startProxy(sock string) (*modelproxy.Proxy, error) {
 	} else {
 		lim := Limiter(p.spec.Alias)
 		lim.SetMax(p.spec.MaxConcurrent)
-		opts.Limiter = lim
+		opts.Limiter = sharedLimiter{local: lim, slots: r.opts.ModelSlots, alias: p.spec.Alias, max: p.spec.MaxConcurrent}
 	}
 	return modelproxy.Listen(sock, opts)
 }

@@ -554,3 +554,26 @@ func (l *AliasLimiter) Acquire(ctx context.Context) (release func(), err error) 
 		}
 	}
 }
+
+// sharedLimiter is the process-wide limiter, then the slots shared across
+// processes (when set and the alias is bounded): what pi's proxy holds
+// around each upstream request.
+type sharedLimiter struct {
+	local *AliasLimiter
+	slots ModelSlots
+	alias string
+	max   int
+}
+
+func (l sharedLimiter) Acquire(ctx context.Context) (func(), error) {
+	release, err := l.local.Acquire(ctx)
+	if err != nil || l.slots == nil || l.max < 1 {
+		return release, err
+	}
+	free, err := l.slots.Acquire(ctx, l.alias, l.max)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	return func() { free(); release() }, nil
+}

@@ -45,6 +45,9 @@ type Options struct {
 	Connect func(alias string) (client ModelClient, model string, secretEnv []string, err error)
 	// Registry resolves the alias when neither Model nor Connect is given.
 	Registry *Registry
+	// ModelSlots, when set, makes an alias's maxConcurrent hold across
+	// processes and hosts (registry clients and pi's proxy).
+	ModelSlots ModelSlots
 
 	Role    RolePolicy      // required
 	Sandbox sandbox.Sandbox // commands run only through it; nil: run_command fails for the model
@@ -598,7 +601,7 @@ func (r *runner) connectRegistry(alias string) (ModelClient, string, []string, e
 	if err != nil {
 		return nil, "", nil, err
 	}
-	client, err := NewClient(spec, r.getenv)
+	client, err := NewClient(spec, r.getenv, WithSlots(r.opts.ModelSlots))
 	if err != nil {
 		return nil, "", nil, err
 	}

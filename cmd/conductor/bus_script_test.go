@@ -136,9 +136,14 @@ func cmdPutState(ts *testscript.TestScript, neg bool, args []string) {
 	s := scriptStore(ts)
 	defer s.Close()
 	ctx := context.Background()
-	ts.Check(s.PutCheckpoint(ctx, bus.Checkpoint{RunID: args[0], Step: step, History: []byte("[]"),
-		Files:     []bus.FileHash{{Path: "a.go", Hash: "h1"}, {Path: "b.go", Hash: ""}},
-		CreatedAt: time.Date(2026, 1, 1, 0, 0, 30, 0, time.UTC)}))
+	// One checkpoint per step, the last at 00:00:30, in workspace demo on
+	// the task's work branch.
+	for i := 1; i <= step; i++ {
+		ts.Check(s.PutCheckpoint(ctx, bus.Checkpoint{RunID: args[0], Step: i, History: []byte("[]"),
+			Files:     []bus.FileHash{{Path: "a.go", Hash: "h1"}, {Path: "b.go", Hash: ""}},
+			Workspace: "demo", Branch: "refs/heads/work/t-" + args[0],
+			CreatedAt: time.Date(2026, 1, 1, 0, 0, 30-step+i, 0, time.UTC)}))
+	}
 	for i := range n {
 		_, err := s.AddNote(ctx, bus.Note{RunID: args[0], Text: fmt.Sprint("note ", i)})
 		ts.Check(err)

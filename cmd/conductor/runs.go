@@ -210,7 +210,15 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 		row("transcript", fmt.Sprintf("%d lines", v.TranscriptLines))
 	}
 	if cp := v.Checkpoint; cp != nil {
-		row("checkpoint", fmt.Sprintf("step %d, %d files touched, at %s", cp.Step, cp.Files, cp.CreatedAt.UTC().Format(time.RFC3339)))
+		row("checkpoints", fmt.Sprintf("%d, the last at step %d (%d files touched) at %s", v.Checkpoints, cp.Step, cp.Files, cp.CreatedAt.UTC().Format(time.RFC3339)))
+		var where []string
+		if cp.Workspace != "" {
+			where = append(where, "workspace "+cp.Workspace)
+		}
+		if cp.Branch != "" {
+			where = append(where, "branch "+strings.TrimPrefix(cp.Branch, "refs/heads/"))
+		}
+		row("checkpoint in", strings.Join(where, ", "))
 	}
 	if v.PendingNotes > 0 {
 		row("notes", fmt.Sprintf("%d pending (not yet delivered)", v.PendingNotes))

@@ -105,7 +105,12 @@ func runTaskOptions(c *cli.Context, d *deps) (runtask.Options, error) {
 		return runtask.Options{}, err
 	}
 	reg.SetDefault(cfg.Model)
+	slots, err := d.modelSlots(c)
+	if err != nil {
+		return runtask.Options{}, err
+	}
 	opts := runtask.Options{
+		ModelSlots:   slots,
 		Config:       cfg,
 		Repo:         c.String("repo"),
 		ModelAlias:   c.String("model"),

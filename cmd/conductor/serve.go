@@ -36,6 +36,7 @@ func newServeCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "operator", Usage: "the operator `NAME` the token in $CONDUCTOR_SERVE_TOKEN stands for (default $USER)"},
 			&cli.DurationFlag{Name: "poll", Value: time.Second, Usage: "how often live pages look for changes (a `DURATION`, at least 50ms)"},
 			&cli.StringFlag{Name: "worktree-base", Usage: "worktree base `DIR` of the pools shown (default: $WORKER_WORKTREE_BASE, else <data root>/worktrees)"},
+			queueFlags()[0], queueFlags()[1], // --queue, --redis-url: the dead letters and model slots shown
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -53,7 +54,12 @@ func newServeCmd(d *deps) *cli.Command {
 				return err
 			}
 			cfg := d.config(c)
+			fleet := serveFleet(c, d, st)
+			defer fleet.close()
 			err = web.Run(c.Context, web.Options{
+				DeadLetters: fleet.dead,
+				QueueName:   fleet.queueName,
+				ModelSlots:  fleet.slots,
 				Store:     st,
 				RunsDir:   d.config(c).RunsDir(),
 				Listen:    c.String("listen"),

@@ -120,9 +120,11 @@ func newWorkerCmd(d *deps) *cli.Command {
 				return fmt.Errorf("worker: %w", err)
 			}
 			defer q.Close()
+			beat, stopBeat := startWorkerBeat(c.Context, st, d.Log, consumer, q.Name(), c.Int("concurrency"), c.Duration("heartbeat-ttl"), d.Now)
+			defer stopBeat()
 			w := &jobRunner{d: d, c: c, base: base, store: st, q: q, consumer: consumer}
 			cons := &queue.Consumer{
-				Queue: q, Handle: w.handle, OnDead: w.dead, Concurrency: c.Int("concurrency"),
+				Queue: q, Handle: beat.track(w.handle), OnDead: w.dead, Concurrency: c.Int("concurrency"),
 				Wait: time.Duration(c.Int("wait")) * time.Second, Once: c.Bool("once"),
 				Grace: c.Duration("grace"), Log: d.Log,
 			}

@@ -66,7 +66,8 @@ type Checkpoint struct {
 	History   []byte     `json:"history"` // bounded tool history, JSON
 	Files     []FileHash `json:"files"`   // files touched: path + content hash
 	Worktree  string     `json:"worktree"`
-	Branch    string     `json:"branch"`
+	Branch    string     `json:"branch"`    // the work branch, when the run has one
+	Workspace string     `json:"workspace"` // the run's workspace ("" before schema 5)
 	CreatedAt time.Time  `json:"createdAt"`
 }
 

@@ -175,6 +175,7 @@ type RunView struct {
 	// The latest checkpoint (nil: none) and the operator notes not yet
 	// delivered to the session.
 	Checkpoint   *CheckpointSummary `json:"checkpoint,omitempty"`
+	Checkpoints  int                `json:"checkpoints"` // how many the run has
 	PendingNotes int                `json:"pendingNotes"`
 }
 
@@ -183,6 +184,8 @@ type CheckpointSummary struct {
 	Step      int       `json:"step"`
 	Files     int       `json:"files"` // files touched so far
 	CreatedAt time.Time `json:"createdAt"`
+	Workspace string    `json:"workspace,omitempty"`
+	Branch    string    `json:"branch,omitempty"` // the work branch, when the run has one
 }
 
 func terminal(status string) bool { return status != "" && status != runrec.StatusRunning }
@@ -285,9 +288,22 @@ func ShowRun(ctx context.Context, s Store, runsDir, id string) (RunView, error) 
 	cp, err := s.LatestCheckpoint(ctx, id)
 	switch {
 	case err == nil:
-		v.Checkpoint = &CheckpointSummary{Step: cp.Step, Files: len(cp.Files), CreatedAt: cp.CreatedAt}
+		v.Checkpoint = &CheckpointSummary{Step: cp.Step, Files: len(cp.Files), CreatedAt: cp.CreatedAt, Workspace: cp.Workspace, Branch: cp.Branch}
 	case !errors.Is(err, ErrNotFound):
 		return RunView{}, err
+	}
+	if v.Checkpoint != nil {
+		if cs, ok := s.(interface {
+			CheckpointStats(ctx context.Context, runID string) (int, time.Time, error)
+		}); ok {
+			n, _, err := cs.CheckpointStats(ctx, id)
+			if err != nil {
+				return RunView{}, err
+			}
+			v.Checkpoints = n
+		} else {
+			v.Checkpoints = 1 // a store that cannot count: at least the latest
+		}
 	}
 	notes, err := s.PendingNotes(ctx, id)
 	if err != nil {

@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 3
+const SchemaVersion = 5
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -149,6 +149,36 @@ var migrations = []migration{
 			metadata   TEXT NOT NULL DEFAULT '{}'
 		)`,
 		`CREATE INDEX events_run ON events (run_id, id)`,
+	}},
+	// The per-alias model semaphore shared by every worker (slots.go) and
+	// the workers' heartbeats (workers.go).
+	{version: 4, name: "model slots and worker heartbeats", stmts: []string{
+		`CREATE TABLE model_slots (
+			name        TEXT NOT NULL,
+			slot        BIGINT NOT NULL,
+			holder      TEXT NOT NULL,
+			max_slots   BIGINT NOT NULL,
+			acquired_at BIGINT NOT NULL,
+			expires_at  BIGINT NOT NULL,
+			PRIMARY KEY (name, slot)
+		)`,
+		`CREATE TABLE worker_heartbeats (
+			consumer    TEXT PRIMARY KEY,
+			host        TEXT NOT NULL DEFAULT '',
+			pid         BIGINT NOT NULL DEFAULT 0,
+			queue       TEXT NOT NULL DEFAULT '',
+			concurrency BIGINT NOT NULL DEFAULT 0,
+			in_flight   BIGINT NOT NULL DEFAULT 0,
+			started_at  BIGINT NOT NULL,
+			seen_at     BIGINT NOT NULL,
+			ttl         BIGINT NOT NULL,
+			stopped_at  BIGINT NOT NULL DEFAULT 0
+		)`,
+	}},
+	// Checkpoints are scoped to the run's workspace (issue 20.6); rows
+	// written before carry an empty workspace.
+	{version: 5, name: "checkpoint workspace", stmts: []string{
+		`ALTER TABLE checkpoints ADD COLUMN workspace TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 

@@ -317,9 +317,9 @@ func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
 		c.CreatedAt = s.timeNow()
 	}
 	return s.write(ctx, func(q querier) error {
-		_, err := q.exec(ctx, `INSERT INTO checkpoints (run_id, step, history, files, worktree, branch, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			c.RunID, int64(c.Step), c.History, string(fb), c.Worktree, c.Branch, ts(c.CreatedAt))
+		_, err := q.exec(ctx, `INSERT INTO checkpoints (run_id, step, history, files, worktree, branch, workspace, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.RunID, int64(c.Step), c.History, string(fb), c.Worktree, c.Branch, c.Workspace, ts(c.CreatedAt))
 		if err != nil {
 			return fmt.Errorf("put checkpoint %s step %d: %w", c.RunID, c.Step, err)
 		}
@@ -334,9 +334,9 @@ func (s *sqlStore) LatestCheckpoint(ctx context.Context, runID string) (Checkpoi
 		files         string
 	)
 	err := s.read(ctx, func(q querier) error {
-		return one(ctx, q, `SELECT step, history, files, worktree, branch, created_at
+		return one(ctx, q, `SELECT step, history, files, worktree, branch, workspace, created_at
 			FROM checkpoints WHERE run_id = ? ORDER BY step DESC, id DESC LIMIT 1`, []any{runID},
-			&step, &c.History, &files, &c.Worktree, &c.Branch, &created)
+			&step, &c.History, &files, &c.Worktree, &c.Branch, &c.Workspace, &created)
 	})
 	if errors.Is(err, errNoRows) {
 		return Checkpoint{}, notFound("checkpoint of run %s", runID)

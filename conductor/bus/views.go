@@ -131,7 +131,7 @@ func (s *sqlStore) ListCheckpoints(ctx context.Context, runID string) ([]Checkpo
 				files string
 				at    int64
 			)
-			if err := r.Scan(&step, &files, &at); err != nil {
+			if err := r.Scan(&step, &files, &at, &c.Workspace, &c.Branch); err != nil {
 				return c, err
 			}
 			var fh []FileHash
@@ -140,7 +140,7 @@ func (s *sqlStore) ListCheckpoints(ctx context.Context, runID string) ([]Checkpo
 			}
 			c.Step, c.Files, c.CreatedAt = int(step), len(fh), fromTS(at)
 			return c, nil
-		}, `SELECT step, files, created_at FROM checkpoints WHERE run_id = ? ORDER BY step, id`, runID)
+		}, `SELECT step, files, created_at, workspace, branch FROM checkpoints WHERE run_id = ? ORDER BY step, id`, runID)
 		return err
 	})
 	if err != nil {

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
@@ -229,11 +231,28 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("running runs: %+v", runs)
 	}
 	liveID = runs[0].ID
+	// A job a worker dead-lettered (its role has no contract), then one
+	// waiting; and the worker's heartbeat and a model slot it holds.
+	q := &queue.Embedded{Store: e.store, Key: "tasks", Consumer: "host1:4242:1", MaxAttempt: 3, Lease: time.Minute}
+	deadJob := []byte(`{"runId":"r-retry-me","task":{"taskVersion":1,"id":"t-retry","role":"nobody"}}`)
+	must(t, q.Push(ctx, deadJob))
+	dl, err := q.Take(ctx, time.Second)
+	must(t, err)
+	if dl == nil {
+		t.Fatal("no job to dead-letter")
+	}
+	must(t, q.Bury(ctx, dl, errors.New(`job: unknown role "nobody"`)))
 	_, err = e.store.Enqueue(ctx, "tasks", []byte(`{"taskVersion":1,"id":"t-next"}`))
 	must(t, err)
+	must(t, e.store.(bus.Workers).PutHeartbeat(ctx, bus.Heartbeat{Consumer: "host1:4242:1", Host: "host1", PID: 4242,
+		Queue: q.Name(), Concurrency: 4, InFlight: 1, TTL: time.Hour}))
+	if ok, err := e.store.(queue.SlotStore).TryAcquireSlot(ctx, "qwen-coder-mlx", "host1:4242:3:0a1b", 2, time.Hour); err != nil || !ok {
+		t.Fatalf("model slot: %v %v", ok, err)
+	}
 
 	// The server, as `conductor serve` runs it.
 	s, err := web.New(web.Options{Store: e.store, RunsDir: e.cfg.RunsDir(), Listen: "127.0.0.1:0",
+		DeadLetters: q, QueueName: q.Name(), ModelSlots: e.store.(queue.SlotStore).SlotsInUse,
 		Operators: []web.Operator{{Name: "alice", Token: aliceToken}}, Poll: 100 * time.Millisecond,
 		Audit: func(ctx context.Context, repo, commit string) (web.Audit, error) {
 			rep, err := land.Audit(ctx, land.AuditOptions{Git: patch.Git{GitDir: repo}, Store: e.store, Commit: commit})
@@ -418,8 +437,35 @@ func TestBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#live`)),
 		shot("queue.png"),
 	)
-	if queue := text(`#live`); !strings.Contains(queue, "1 queued") {
-		t.Errorf("the queue page: %s", queue)
+	page := text(`#live`)
+	for _, want := range []string{"1 queued", "1 dead", "r-retry-me", `unknown role "nobody"`, "host1 pid 4242", "1 / 4", "qwen-coder-mlx", "1 / 2"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the queue page lacks %q:\n%s", want, page)
+		}
+	}
+	// Retry the dead letter with its button: the job is queued again.
+	retry := fmt.Sprintf(`button[data-retry="%s"]`, dl.ID)
+	do("retry",
+		chromedp.Click(chromedp.CSS(retry)),
+		chromedp.WaitNotPresent(chromedp.CSS(retry)),
+	)
+	do("requeued",
+		chromedp.WaitVisible(chromedp.CSS(`#live`)),
+		until(`document.querySelector('table.dead') === null && document.body.innerText.includes('2 queued')`),
+	)
+	if dead, err := q.DeadLetters(ctx); err != nil || len(dead) != 0 {
+		t.Errorf("after the retry click the store has dead letters %+v (%v)", dead, err)
+	}
+	jobs, err := e.store.(bus.Views).ListJobs(ctx)
+	must(t, err)
+	requeued := false
+	for _, j := range jobs {
+		if string(j.Payload) == string(deadJob) && j.State() == "queued" && j.Attempts == 0 {
+			requeued = true
+		}
+	}
+	if !requeued {
+		t.Errorf("the retried job is not queued again with its attempts reset: %+v", jobs)
 	}
 
 	// A phone-sized screen.

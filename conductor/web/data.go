@@ -496,6 +496,17 @@ type queuePage struct {
 	Pools  []Pool
 	PoolOK bool
 	Claims string
+
+	QueueName    string
+	Dead         []deadLetter // the queue's dead letters (DeadShown: a queue was given)
+	DeadShown    bool
+	DeadError    string
+	Workers      []workerRow // heartbeats of the last hour, live ones first
+	WorkersShown bool
+	WorkersError string
+	Slots        []bus.SlotUse // model slots in use per alias
+	SlotsShown   bool
+	SlotsError   string
 }
 
 // Pool is one repository's warm worktree pool as the CLI reads it.
@@ -527,6 +538,7 @@ func (s *Server) queuePage(ctx context.Context) (queuePage, error) {
 			p.Counts[j.State()]++
 		}
 	}
+	s.fleet(ctx, &p)
 	if s.o.Pools != nil {
 		pools, err := s.o.Pools(ctx)
 		if err == nil {

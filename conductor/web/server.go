@@ -20,6 +20,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/queue"
 )
 
 //go:embed assets
@@ -39,6 +40,12 @@ type Options struct {
 	Poll time.Duration
 	// Pools lists the worker pools (nil: not shown).
 	Pools func(ctx context.Context) ([]Pool, error)
+	// DeadLetters is the queue's dead-letter list (Redis or the embedded
+	// store's), retried and dropped from the Queue page (nil: not shown).
+	DeadLetters queue.DeadLetters
+	QueueName   string // the queue, as its banner names it
+	// ModelSlots lists the model slots in use per alias (nil: not shown).
+	ModelSlots func(ctx context.Context) ([]bus.SlotUse, error)
 	// Audit checks a landed commit against its receipt (the CLI passes
 	// land.Audit; nil: the Landed page shows the receipt unchecked).
 	Audit func(ctx context.Context, repo, commit string) (Audit, error)
@@ -196,6 +203,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /decisions", s.page("decisions"))
 	m.HandleFunc("POST /decisions/{id}/resolve", s.resolve)
 	m.HandleFunc("GET /queue", s.page("queue"))
+	m.HandleFunc("POST /queue/dead/{id}/retry", s.deadAction("retry"))
+	m.HandleFunc("POST /queue/dead/{id}/drop", s.deadAction("drop"))
 	m.HandleFunc("GET /landed", s.page("landed"))
 	m.HandleFunc("GET /events", s.events)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

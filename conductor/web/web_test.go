@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/testenv"
@@ -67,7 +68,9 @@ func newEnvOn(t *testing.T, ops []web.Operator, listen, databaseURL string) *env
 	t.Cleanup(func() { st.Close() })
 	e := &env{t: t, store: st, runsDir: filepath.Join(root, "runs")}
 	e.fill()
-	s, err := web.New(web.Options{Store: st, RunsDir: e.runsDir, Listen: listen, Operators: ops, Poll: 20 * time.Millisecond})
+	s, err := web.New(web.Options{Store: st, RunsDir: e.runsDir, Listen: listen, Operators: ops, Poll: 20 * time.Millisecond,
+		DeadLetters: &queue.Embedded{Store: st, Key: "tasks"}, QueueName: "embedded tasks",
+		ModelSlots: st.(queue.SlotStore).SlotsInUse})
 	must(t, err)
 	e.srv = httptest.NewServer(s)
 	t.Cleanup(e.srv.Close)
@@ -114,6 +117,51 @@ func (e *env) fill() {
 
 	_, err = e.store.Enqueue(ctx, "tasks", []byte(`{"id":"t-queued"}`))
 	must(t, err)
+	// A dead letter, a live and a silent worker, a model slot held.
+	_, err = e.store.Enqueue(ctx, "tasks", []byte(deadPayload))
+	must(t, err)
+	// Take both jobs (oldest first), bury the dead one, hand the other back.
+	var taken []bus.Job
+	for range 2 {
+		j, ok, err := e.store.TakeJob(ctx, "tasks", "w1", time.Minute)
+		must(t, err)
+		if !ok {
+			t.Fatal("no job to take")
+		}
+		taken = append(taken, j)
+	}
+	j := taken[1]
+	must(t, e.store.FinishJob(ctx, taken[0].ID, "w1", bus.JobRelease, ""))
+	must(t, e.store.FinishJob(ctx, j.ID, "w1", bus.JobDead, "role <b>nobody</b> has no contract"))
+	ws := e.store.(bus.Workers)
+	must(t, ws.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "gpu1:4242:1", Host: "gpu1", PID: 4242, Queue: "embedded tasks", Concurrency: 4, InFlight: 3, TTL: time.Hour}))
+	must(t, ws.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "gpu2:77:1", Host: "gpu2", PID: 77, Queue: "embedded tasks", Concurrency: 2, TTL: time.Second,
+		SeenAt: time.Now().Add(-10 * time.Minute)}))
+	got, err := e.store.(queue.SlotStore).TryAcquireSlot(ctx, "qwen-coder-mlx", "gpu1:4242:7:ab", 2, time.Hour)
+	must(t, err)
+	if !got {
+		t.Fatal("no model slot")
+	}
+}
+
+// deadPayload is the fixture's dead-lettered job; deadID its payload id.
+const deadPayload = `{"runId":"r-deadjob","task":{"taskVersion":1,"id":"t-dead"}}`
+
+var deadID = queue.PayloadID([]byte(deadPayload))
+
+// dead counts the dead letters; queued the jobs waiting.
+func (e *env) dead() (dead, queued int) {
+	jobs, err := e.store.(bus.Views).ListJobs(context.Background())
+	must(e.t, err)
+	for _, j := range jobs {
+		switch j.State() {
+		case "dead":
+			dead++
+		case "queued":
+			queued++
+		}
+	}
+	return dead, queued
 }
 
 func writeTranscript(t *testing.T, dir runrec.Dir, lines ...string) {
@@ -277,6 +325,8 @@ func TestMutationsRefused(t *testing.T) {
 	}{
 		{"resolve", "/decisions/" + e.open.ID + "/resolve", url.Values{"option": {"merge"}}},
 		{"note", "/runs/r-live/notes", url.Values{"text": {"look at lib/"}}},
+		{"dead retry", "/queue/dead/" + deadID + "/retry", url.Values{}},
+		{"dead drop", "/queue/dead/" + deadID + "/drop", url.Values{}},
 		{"logout", "/logout", url.Values{}},
 	}
 	with := func(f url.Values, k, v string) url.Values {
@@ -307,7 +357,7 @@ func TestMutationsRefused(t *testing.T) {
 			t.Run(m.name+"/"+tc.name, func(t *testing.T) {
 				r := e.do(tc.client, "POST", m.path, tc.form, tc.hdr)
 				wantIn(t, r, http.StatusForbidden, tc.want)
-				if !e.decisionOpen() || e.notes("r-live") != 0 {
+				if dead, _ := e.dead(); !e.decisionOpen() || e.notes("r-live") != 0 || dead != 1 {
 					t.Fatal("a refused mutation changed the store")
 				}
 			})
@@ -695,5 +745,68 @@ func TestPostgres(t *testing.T) {
 	must(t, err)
 	if d.Option != "merge" || d.ResolvedBy != "alice" {
 		t.Fatalf("decision %+v", d)
+	}
+}
+
+// TestQueueFleet: the Queue page shows the dead letters with retry and
+// drop buttons (for an operator), live and gone workers from their
+// heartbeats, and the model slots in use; retry and drop do what `conductor
+// queue dead retry|drop` does, once.
+func TestQueueFleet(t *testing.T) {
+	e := newEnv(t, testOps, "127.0.0.1:0")
+	anon := e.client()
+	r := e.get(anon, "/queue")
+	wantIn(t, r, http.StatusOK, deadID, "r-deadjob", "role &lt;b&gt;nobody&lt;/b&gt; has no contract",
+		"gpu1</code> pid 4242", "3 / 4", "live", "gpu2</code> pid 77", "gone (silent)",
+		"qwen-coder-mlx", "1 / 2", "gpu1:4242:7:ab", "Log in</a> to retry")
+	if strings.Contains(r.body, `data-retry="`) {
+		t.Error("retry buttons shown without a login")
+	}
+	tab := e.client()
+	csrf := e.login(tab, aliceToken)
+	wantIn(t, e.get(tab, "/queue"), http.StatusOK, `data-retry="`+deadID+`"`, `data-drop="`+deadID+`"`)
+
+	r = e.do(tab, "POST", "/queue/dead/"+deadID+"/retry", url.Values{"csrf": {csrf}}, nil)
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != "/queue#dead" {
+		t.Fatalf("retry: %d %s %s", r.status, r.header.Get("Location"), r.body)
+	}
+	if dead, queued := e.dead(); dead != 0 || queued != 2 {
+		t.Fatalf("after retry: %d dead, %d queued; want 0 and 2", dead, queued)
+	}
+	// Twice (another tab): refused, nothing changed.
+	r = e.do(tab, "POST", "/queue/dead/"+deadID+"/retry", url.Values{"csrf": {csrf}}, nil)
+	wantIn(t, r, http.StatusNotFound, "no dead letter "+deadID+" on embedded tasks", "nothing was changed")
+	if dead, queued := e.dead(); dead != 0 || queued != 2 {
+		t.Fatalf("after a second retry: %d dead, %d queued", dead, queued)
+	}
+	r = e.do(tab, "POST", "/queue/dead/..%2Fx/drop", url.Values{"csrf": {csrf}}, nil)
+	if r.status != http.StatusBadRequest && r.status != http.StatusNotFound {
+		t.Errorf("a bad id: %d", r.status)
+	}
+
+	// Drop, by run id, as the CLI accepts.
+	ctx := context.Background()
+	_, err := e.store.Enqueue(ctx, "tasks", []byte(`{"runId":"r-gone","task":{"taskVersion":1,"id":"t-gone"}}`))
+	must(t, err)
+	for {
+		j, ok, err := e.store.TakeJob(ctx, "tasks", "w2", time.Minute)
+		must(t, err)
+		if !ok {
+			t.Fatal("the new job was not taken")
+		}
+		if strings.Contains(string(j.Payload), "r-gone") {
+			must(t, e.store.FinishJob(ctx, j.ID, "w2", bus.JobDead, "bad"))
+			break
+		}
+	}
+	r = e.do(tab, "POST", "/queue/dead/r-gone/drop", url.Values{"csrf": {csrf}}, nil)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("drop: %d %s", r.status, r.body)
+	}
+	if dead, _ := e.dead(); dead != 0 {
+		t.Fatalf("after drop: %d dead", dead)
+	}
+	if r := e.get(tab, "/queue"); strings.Contains(r.body, "r-gone") {
+		t.Error("the dropped dead letter is still shown")
 	}
 }

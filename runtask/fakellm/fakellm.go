@@ -65,5 +65,15 @@ func (s *Server) Mismatches() []Mismatch { return s.h.Mismatches() }
 // Unplayed lists the scripted turns never served.
 func (s *Server) Unplayed() []int { return s.h.Unplayed() }
 
+// InFlight is the number of chat completions being answered now.
+func (s *Server) InFlight() int { return s.h.InFlight() }
+
+// Peak is the most chat completions answered at once (since Start or the
+// last ResetPeak): what a concurrency bound across workers is checked by.
+func (s *Server) Peak() int { return s.h.Peak() }
+
+// ResetPeak starts a new peak from the requests in flight now.
+func (s *Server) ResetPeak() { s.h.ResetPeak() }
+
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }

@@ -2,11 +2,13 @@ package fakellm_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
@@ -311,5 +313,47 @@ func TestParseErrorsNameThePath(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// TestPeakConcurrency: the server counts the chat completions it answers
+// at once (a client gone mid-answer no longer counts); the peak is what a
+// concurrency bound is checked by.
+func TestPeakConcurrency(t *testing.T) {
+	srv := fakellm.Start(mustParse(t, `{"mode": "history", "turns": [], "final": {"latencyMs": 600000, "content": "done"}}`))
+	defer srv.Close()
+	if srv.Peak() != 0 || srv.InFlight() != 0 {
+		t.Fatalf("fresh server: peak %d, in flight %d", srv.Peak(), srv.InFlight())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 3)
+	for i := 0; i < 3; i++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/chat/completions", strings.NewReader(userReq))
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	for srv.InFlight() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	if srv.Peak() != 3 {
+		t.Errorf("three in flight: peak %d", srv.Peak())
+	}
+	cancel()
+	for i := 0; i < 3; i++ {
+		<-done
+	}
+	for srv.InFlight() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if srv.Peak() != 3 {
+		t.Errorf("after the clients left: peak %d, want 3", srv.Peak())
+	}
+	srv.ResetPeak()
+	if srv.Peak() != 0 {
+		t.Errorf("after a reset with nothing in flight: peak %d, want 0", srv.Peak())
 	}
 }

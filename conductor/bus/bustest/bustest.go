@@ -184,13 +184,13 @@ func testCheckpoints(t *testing.T, s bus.Store, c *Clock) {
 		must(t, s.PutCheckpoint(ctx, bus.Checkpoint{
 			RunID: "r-1", Step: step, History: []byte(fmt.Sprintf(`[{"step":%d}]`, step)),
 			Files:    []bus.FileHash{{Path: "a.go", Hash: fmt.Sprint("h", step)}, {Path: "gone.txt", Hash: ""}},
-			Worktree: "/wt", Branch: "work/1",
+			Worktree: "/wt", Branch: "work/1", Workspace: "stack-repo",
 		}))
 	}
 	must(t, s.PutCheckpoint(ctx, bus.Checkpoint{RunID: "r-other", Step: 9}))
 	got, err := s.LatestCheckpoint(ctx, "r-1")
 	must(t, err)
-	if got.Step != 3 || string(got.History) != `[{"step":3}]` || got.Worktree != "/wt" || got.Branch != "work/1" {
+	if got.Step != 3 || string(got.History) != `[{"step":3}]` || got.Worktree != "/wt" || got.Branch != "work/1" || got.Workspace != "stack-repo" {
 		t.Fatalf("LatestCheckpoint = %+v", got)
 	}
 	if len(got.Files) != 2 || got.Files[0] != (bus.FileHash{Path: "a.go", Hash: "h3"}) || got.Files[1].Hash != "" {

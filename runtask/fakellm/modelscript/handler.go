@@ -181,6 +181,8 @@ type Handler struct {
 	requests   []RecordedRequest
 	mismatches []Mismatch
 	served     map[int]int // turn index → times served
+	inFlight   int         // chat completions being answered now
+	peak       int         // the most answered at once since NewHandler or ResetPeak
 }
 
 // NewHandler returns a handler playing s. The script must be valid.
@@ -253,11 +255,44 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(),
 		Raw: json.RawMessage(body), RawText: string(body), Turn: -2,
 	}
+	chat := strings.TrimSuffix(r.URL.Path, "/") == "/v1/chat/completions" && r.Method == http.MethodPost
+	if chat {
+		h.mu.Lock()
+		h.inFlight++
+		h.peak = max(h.peak, h.inFlight)
+		h.mu.Unlock()
+	}
 	status := h.serve(w, r, body, &rec)
 	h.mu.Lock()
+	if chat {
+		h.inFlight--
+	}
 	h.requests[rec.Index].Status = status
 	h.requests[rec.Index].Turn = rec.Turn
 	h.mu.Unlock()
+}
+
+// InFlight is the number of chat completions being answered now (a
+// client that went away mid-answer is no longer counted).
+func (h *Handler) InFlight() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.inFlight
+}
+
+// Peak is the most chat completions answered at once since NewHandler or
+// the last ResetPeak.
+func (h *Handler) Peak() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peak
+}
+
+// ResetPeak starts a new peak from the requests in flight now.
+func (h *Handler) ResetPeak() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.peak = h.inFlight
 }
 
 // record stores rec and gives it its index.

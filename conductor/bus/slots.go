@@ -1,0 +1,157 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// SlotUse is one model semaphore's state: its live (unexpired) holders.
+type SlotUse struct {
+	Name    string   `json:"name"`
+	Max     int      `json:"max"`   // the bound the latest acquirer asked for
+	InUse   int      `json:"inUse"` // live leases
+	Holders []string `json:"holders"`
+}
+
+// The model semaphore (queue.SlotStore): slot rows (name, 0..max-1), each
+// held by one holder until its lease expires. Taking a slot is one upsert
+// that succeeds only on a free or expired row, so on both backends at most
+// max holders ever hold a lease at once, whatever the races.
+
+func checkSlotArgs(name, holder string) error {
+	switch {
+	case name == "":
+		return errors.New("model slot: empty name")
+	case holder == "":
+		return fmt.Errorf("model slot %s: empty holder", name)
+	}
+	return nil
+}
+
+// TryAcquireSlot takes one of max slots of name for holder, leased for ttl.
+func (s *sqlStore) TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error) {
+	if err := checkSlotArgs(name, holder); err != nil {
+		return false, err
+	}
+	if max < 1 || ttl <= 0 {
+		return false, fmt.Errorf("model slot %s: max %d and lease %s must be positive", name, max, ttl)
+	}
+	var got bool
+	err := s.write(ctx, func(q querier) error {
+		got = false
+		now := s.timeNow()
+		exp := ts(now.Add(ttl))
+		n, err := q.exec(ctx, `UPDATE model_slots SET expires_at = ?, max_slots = ? WHERE name = ? AND holder = ?`,
+			exp, int64(max), name, holder)
+		if err != nil || n > 0 {
+			got = n > 0
+			return err
+		}
+		live, err := all(ctx, q, func(r scanner) (int64, error) {
+			var v int64
+			return v, r.Scan(&v)
+		}, `SELECT slot FROM model_slots WHERE name = ? AND expires_at >= ? ORDER BY slot`, name, ts(now))
+		if err != nil {
+			return err
+		}
+		slot := int64(-1)
+		for i := int64(0); i < int64(max); i++ {
+			if !slices.Contains(live, i) {
+				slot = i
+				break
+			}
+		}
+		if slot < 0 {
+			return nil
+		}
+		n, err = q.exec(ctx, `INSERT INTO model_slots (name, slot, holder, max_slots, acquired_at, expires_at)
+			VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (name, slot) DO UPDATE SET holder = excluded.holder, max_slots = excluded.max_slots,
+				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
+			WHERE model_slots.expires_at < ?`,
+			name, slot, holder, int64(max), ts(now), exp, ts(now))
+		got = n == 1
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("model slot %s: %w", name, err)
+	}
+	return got, nil
+}
+
+// RenewSlot extends holder's lease; false when its lease expired meanwhile.
+func (s *sqlStore) RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	if err := checkSlotArgs(name, holder); err != nil {
+		return false, err
+	}
+	var n int64
+	err := s.write(ctx, func(q querier) (err error) {
+		now := s.timeNow()
+		n, err = q.exec(ctx, `UPDATE model_slots SET expires_at = ? WHERE name = ? AND holder = ? AND expires_at >= ?`,
+			ts(now.Add(ttl)), name, holder, ts(now))
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("renew model slot %s: %w", name, err)
+	}
+	return n > 0, nil
+}
+
+// ReleaseSlot frees holder's slot.
+func (s *sqlStore) ReleaseSlot(ctx context.Context, name, holder string) error {
+	if err := checkSlotArgs(name, holder); err != nil {
+		return err
+	}
+	err := s.write(ctx, func(q querier) error {
+		_, err := q.exec(ctx, `DELETE FROM model_slots WHERE name = ? AND holder = ?`, name, holder)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release model slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// SlotsInUse lists every alias with a slot row, with its live holders.
+func (s *sqlStore) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
+	type row struct {
+		name, holder string
+		max, exp     int64
+	}
+	var rs []row
+	err := s.read(ctx, func(q querier) (err error) {
+		rs, err = all(ctx, q, func(r scanner) (row, error) {
+			var v row
+			return v, r.Scan(&v.name, &v.holder, &v.max, &v.exp)
+		}, `SELECT name, holder, max_slots, expires_at FROM model_slots ORDER BY name, acquired_at DESC, slot`)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model slots: %w", err)
+	}
+	now := ts(s.timeNow())
+	by := map[string]*SlotUse{}
+	var out []SlotUse
+	for _, r := range rs {
+		u := by[r.name]
+		if u == nil {
+			// Rows are newest first: the first gives the latest bound.
+			u = &SlotUse{Name: r.name, Max: int(r.max), Holders: []string{}}
+			by[r.name] = u
+		}
+		if r.exp >= now {
+			u.InUse++
+			u.Holders = append(u.Holders, r.holder)
+		}
+	}
+	for _, u := range by {
+		sort.Strings(u.Holders)
+		out = append(out, *u)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,129 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+)
+
+// SlotsPrefix is the Redis key prefix of the model semaphores: one sorted
+// set per alias (member: holder, score: lease expiry in Redis server
+// milliseconds) and one hash of the aliases' bounds. It is the same for
+// every queue key: the inference host is shared, whatever queue its
+// workers consume.
+const SlotsPrefix = "conductor:model-slots"
+
+// RedisSlots is the model semaphore in Redis (SlotStore). Lease times are
+// the Redis server's clock, so the hosts' clocks need not agree.
+type RedisSlots struct {
+	c *redis.Client
+}
+
+var _ SlotStore = (*RedisSlots)(nil)
+
+// DialRedisSlots connects to the Redis at url for the model semaphore.
+func DialRedisSlots(ctx context.Context, url string) (*RedisSlots, error) {
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", bus.RedactURL(url), err)
+	}
+	opt.DialTimeout = 3 * time.Second
+	opt.MaxRetries = 1
+	c := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := c.Ping(pctx).Err(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("redis: cannot reach %s: %w (%w)", bus.RedactURL(url), err, ErrUnreachable)
+	}
+	return &RedisSlots{c: c}, nil
+}
+
+// Close closes the connection.
+func (s *RedisSlots) Close() error { return s.c.Close() }
+
+func slotKey(name string) string { return SlotsPrefix + ":" + name }
+
+// KEYS[1] the alias's set, KEYS[2] the bounds hash; ARGV: holder, max,
+// alias, ttl ms. Expired leases are dropped first.
+var acquireSlotScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl * 2)
+  return 1
+end
+return 0`)
+
+var renewSlotScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local exp = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not exp or tonumber(exp) < now then return 0 end
+redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < ttl * 2 then redis.call('PEXPIRE', KEYS[1], ttl * 2) end
+return 1`)
+
+// KEYS[1] the alias's set: live holders, after dropping expired ones.
+var liveSlotsScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')`)
+
+// TryAcquireSlot implements SlotStore.
+func (s *RedisSlots) TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error) {
+	n, err := acquireSlotScript.Run(ctx, s.c, []string{slotKey(name), SlotsPrefix}, holder, max, name, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis: model slot %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// RenewSlot implements SlotStore.
+func (s *RedisSlots) RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	n, err := renewSlotScript.Run(ctx, s.c, []string{slotKey(name)}, holder, ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("redis: renew model slot %s: %w", name, err)
+	}
+	return n == 1, nil
+}
+
+// ReleaseSlot implements SlotStore.
+func (s *RedisSlots) ReleaseSlot(ctx context.Context, name, holder string) error {
+	if err := s.c.ZRem(ctx, slotKey(name), holder).Err(); err != nil {
+		return fmt.Errorf("redis: release model slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// SlotsInUse implements SlotStore: every alias ever bounded here, with its
+// live holders.
+func (s *RedisSlots) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
+	bounds, err := s.c.HGetAll(ctx, SlotsPrefix).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: model slots: %w", err)
+	}
+	var out []SlotUse
+	for name, max := range bounds {
+		holders, err := liveSlotsScript.Run(ctx, s.c, []string{slotKey(name)}).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: model slots of %s: %w", name, err)
+		}
+		m, _ := strconv.Atoi(max)
+		sort.Strings(holders)
+		out = append(out, SlotUse{Name: name, Max: m, InUse: len(holders), Holders: holders})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,187 @@
+package queue
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+)
+
+// SlotStore is a counting semaphore with leases, shared by every process
+// and host that reaches it: the store's model_slots table (conductor/bus)
+// or Redis (RedisSlots). A slot is held by one holder until its lease runs
+// out; a holder that died frees its slot when the lease expires.
+type SlotStore interface {
+	// TryAcquireSlot takes one of max slots of name for holder, leased for
+	// ttl; false when all max are held. A holder that already holds a slot
+	// of name gets it again (its lease renewed): a retry after a lost answer
+	// never takes two.
+	TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error)
+	// RenewSlot extends holder's lease; false when it no longer holds one
+	// (it expired and was taken).
+	RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
+	// ReleaseSlot frees holder's slot (nothing when it holds none).
+	ReleaseSlot(ctx context.Context, name, holder string) error
+	// SlotsInUse lists every name with its live (unexpired) holders.
+	SlotsInUse(ctx context.Context) ([]SlotUse, error)
+}
+
+// SlotUse is one semaphore's state (defined by the store, which
+// implements SlotStore too).
+type SlotUse = bus.SlotUse
+
+// DefaultSlotTTL is a model slot's lease: renewed every third of it while
+// the request runs, so only a holder that died (or lost the store for that
+// long) loses it.
+const DefaultSlotTTL = 30 * time.Second
+
+// ModelSlots bounds the requests to a model alias across processes and
+// hosts (runtask.ModelSlots): each request holds one of the alias's
+// maxConcurrent slots in Store for its whole length, its lease renewed
+// while it runs. A store that cannot be reached is waited out with backoff
+// (logged once per outage), never reported as a model failure.
+type ModelSlots struct {
+	Store SlotStore
+	TTL   time.Duration // lease (default DefaultSlotTTL)
+	Log   *slog.Logger
+	// Poll is the longest wait between tries while every slot is held
+	// (default 250ms; tries start faster, with jitter).
+	Poll time.Duration
+
+	seq  atomic.Int64
+	mu   sync.Mutex
+	down bool // an outage is being waited out (logged once)
+}
+
+// NewHolder names one acquisition: host:pid:n:random, so that an operator
+// can tell which process holds a slot.
+func (m *ModelSlots) newHolder() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	crand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%d:%s", host, os.Getpid(), m.seq.Add(1), hex.EncodeToString(b[:]))
+}
+
+func (m *ModelSlots) ttl() time.Duration {
+	if m.TTL > 0 {
+		return m.TTL
+	}
+	return DefaultSlotTTL
+}
+
+func (m *ModelSlots) log() *slog.Logger {
+	if m.Log != nil {
+		return m.Log
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// outage logs the first failure of an outage and the recovery, once each.
+func (m *ModelSlots) outage(err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case err != nil && !m.down:
+		m.down = true
+		m.log().Warn("model slots unreachable; waiting with backoff (the request is not failed)", "err", err)
+	case err == nil && m.down:
+		m.down = false
+		m.log().Info("model slots reachable again")
+	}
+}
+
+// Acquire waits until it holds one of max slots of alias, or ctx ends (its
+// error is then ctx's). The returned release frees the slot; calling it
+// again does nothing. max < 1 means unlimited: nothing is held.
+func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func(), error) {
+	if max < 1 {
+		return func() {}, nil
+	}
+	if alias == "" {
+		return nil, errors.New("model slots: empty alias")
+	}
+	holder, ttl := m.newHolder(), m.ttl()
+	poll := m.Poll
+	if poll <= 0 {
+		poll = 250 * time.Millisecond
+	}
+	bo := Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
+	wait := 10 * time.Millisecond
+	for {
+		got, err := m.Store.TryAcquireSlot(ctx, alias, holder, max, ttl)
+		if ctx.Err() != nil {
+			m.releaseLater(alias, holder) // a take that raced the end
+			return nil, ctx.Err()
+		}
+		m.outage(err)
+		var d time.Duration
+		switch {
+		case err != nil:
+			d = bo.Next()
+		case got:
+			return m.hold(ctx, alias, holder, ttl), nil
+		default:
+			bo.Reset()
+			d = time.Duration(rand.Int64N(int64(wait))) + wait/2
+			wait = min(wait*2, poll)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(d):
+		}
+	}
+}
+
+// hold renews the lease every third of ttl until release.
+func (m *ModelSlots) hold(ctx context.Context, alias, holder string, ttl time.Duration) func() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		lost := false
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl/3)
+			ok, err := m.Store.RenewSlot(rctx, alias, holder, ttl)
+			cancel()
+			m.outage(err)
+			if err == nil && !ok && !lost {
+				lost = true
+				m.log().Warn("model slot lease lost (the store was out of reach longer than the lease); the request goes on", "alias", alias, "holder", holder)
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			<-done
+			m.releaseLater(alias, holder)
+		})
+	}
+}
+
+// releaseLater frees holder's slot; on failure the lease frees it.
+func (m *ModelSlots) releaseLater(alias, holder string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.Store.ReleaseSlot(ctx, alias, holder); err != nil {
+		m.log().Warn("release model slot (its lease frees it)", "alias", alias, "err", err)
+	}
+}

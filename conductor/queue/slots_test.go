@@ -1,0 +1,177 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/testenv"
+)
+
+// flakySlots fails its first n calls as an unreachable store would, then
+// delegates to a one-slot in-memory semaphore.
+type flakySlots struct {
+	mu      sync.Mutex
+	fail    int
+	holder  string
+	renewed int
+	calls   atomic.Int64
+}
+
+func (f *flakySlots) down() bool {
+	f.calls.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail > 0 {
+		f.fail--
+		return true
+	}
+	return false
+}
+
+func (f *flakySlots) TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error) {
+	if f.down() {
+		return false, errors.New("dial tcp: connection refused")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holder == "" || f.holder == holder {
+		f.holder = holder
+		return true, nil
+	}
+	return false, nil
+}
+
+func (f *flakySlots) RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.renewed++
+	return f.holder == holder, nil
+}
+
+func (f *flakySlots) ReleaseSlot(ctx context.Context, name, holder string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holder == holder {
+		f.holder = ""
+	}
+	return nil
+}
+
+func (f *flakySlots) SlotsInUse(ctx context.Context) ([]SlotUse, error) { return nil, nil }
+
+// TestModelSlotsWaitOutAnOutage: a semaphore store that cannot be reached
+// is retried with backoff until it answers; Acquire never fails for it
+// (only for the end of ctx). A held slot's lease is renewed while held and
+// released once.
+func TestModelSlotsWaitOutAnOutage(t *testing.T) {
+	f := &flakySlots{fail: 3}
+	m := &ModelSlots{Store: f, TTL: 150 * time.Millisecond}
+	release, err := m.Acquire(context.Background(), "qwen", 1)
+	if err != nil {
+		t.Fatalf("acquire through an outage: %v", err)
+	}
+	if f.calls.Load() != 4 {
+		t.Errorf("%d tries, want 3 failed and 1 that took the slot", f.calls.Load())
+	}
+	// A second acquirer waits while the slot is held, and gives up only
+	// with its ctx.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, "qwen", 1)
+		errc <- err
+	}()
+	for f.calls.Load() < 8 {
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case err := <-errc:
+		t.Fatalf("the second acquirer returned while the slot was held: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled acquire: %v, want context.Canceled", err)
+	}
+	for {
+		f.mu.Lock()
+		n := f.renewed
+		f.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	release()
+	release() // a second call does nothing
+	if f.holder != "" {
+		t.Errorf("slot still held by %s after release", f.holder)
+	}
+	if got, err := m.Acquire(context.Background(), "qwen", 0); err != nil || got == nil {
+		t.Errorf("unbounded alias: %v", err)
+	}
+}
+
+// TestRedisSlots: the Redis semaphore bounds holders, retries take nothing
+// twice, expired leases are taken back, and holders are listed.
+func TestRedisSlots(t *testing.T) {
+	ctx := context.Background()
+	s, err := DialRedisSlots(ctx, testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	name := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	try := func(holder string, ttl time.Duration, want bool) {
+		t.Helper()
+		got, err := s.TryAcquireSlot(ctx, name, holder, 2, ttl)
+		if err != nil || got != want {
+			t.Fatalf("acquire by %s: %v %v, want %v", holder, got, err, want)
+		}
+	}
+	try("a", time.Minute, true)
+	try("b", 300*time.Millisecond, true)
+	try("c", time.Minute, false)
+	try("a", time.Minute, true) // a's retry: still two holders
+	try("c", time.Minute, false)
+	use, err := s.SlotsInUse(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine *SlotUse
+	for i := range use {
+		if use[i].Name == name {
+			mine = &use[i]
+		}
+	}
+	if mine == nil || mine.Max != 2 || mine.InUse != 2 || fmt.Sprint(mine.Holders) != "[a b]" {
+		t.Fatalf("in use: %+v", use)
+	}
+	// b's lease runs out (Redis's clock): c takes it, b's renewal fails.
+	for {
+		got, err := s.TryAcquireSlot(ctx, name, "c", 2, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if ok, err := s.RenewSlot(ctx, name, "b", time.Minute); err != nil || ok {
+		t.Errorf("renew of an expired lease: %v %v", ok, err)
+	}
+	if ok, err := s.RenewSlot(ctx, name, "a", time.Minute); err != nil || !ok {
+		t.Errorf("renew of a live lease: %v %v", ok, err)
+	}
+	if err := s.ReleaseSlot(ctx, name, "a"); err != nil {
+		t.Fatal(err)
+	}
+	try("d", time.Minute, true)
+	try("e", time.Minute, false)
+}
