@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/queue"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
 //go:embed assets
