@@ -923,10 +923,20 @@ func mustSay(o *outcome, parts ...string) []string {
 	var out []string
 	for _, p := range parts {
 		if !strings.Contains(all, p) {
-			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted)", p))
+			// The results themselves, so that a failure under load says
+			// what did happen instead.
+			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted); the results were:\n%s", p, excerpt(all, 2000)))
 		}
 	}
 	return out
+}
+
+// excerpt is s cut to about n bytes, its head and its tail.
+func excerpt(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n/2] + "\n…\n" + s[len(s)-n/2:]
 }
 
 // foundUnder reports files named like names anywhere under dir.
