@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/dispatch"
 	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -87,7 +88,7 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 		}
 	}
 	if task.Role != "" {
-		if _, err := loadRunRole(c, runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
+		if _, err := dispatch.LoadRole(c.String("roles"), runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
 			// A repository may define its own roles (roles/): unless it is
 			// here to look at, an unknown role cannot be told from one the
 			// worker's host will find.
