@@ -100,6 +100,10 @@ type Limits struct {
 	// (CONDUCTOR_SANDBOX_MAX_MEMORY, default 1 GiB), never raise it; 0
 	// means the operator's limit.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// PromptBytes bounds each file a run's system prompt is read from
+	// (.cursor/agents/role-<name>.md and the brief); 0 means the worker's
+	// default (256 KiB).
+	PromptBytes int `json:"promptBytes,omitempty"`
 }
 
 // Role answers what one role may do. It implements runtask's RolePolicy.
@@ -343,6 +347,9 @@ func (r *Role) OutputLimit() int { return r.c.Limits.OutputLimitBytes }
 // MemoryLimit bounds the memory of one command, in bytes; 0 means the
 // sandbox's default.
 func (r *Role) MemoryLimit() int64 { return r.c.Limits.MemoryBytes }
+
+// PromptLimit bounds each prompt file in bytes; 0 means the worker's default.
+func (r *Role) PromptLimit() int { return r.c.Limits.PromptBytes }
 
 // Commands returns the allowlisted argv prefixes.
 func (r *Role) Commands() [][]string {

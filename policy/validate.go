@@ -168,6 +168,9 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	default:
 		c.bad("runtime", "unknown runtime %q (want builtin or pi)", r.Runtime)
 	}
+	if r.Limits.PromptBytes < 0 {
+		c.bad("limits.promptBytes", "must not be negative")
+	}
 	if r.Limits.MaxSteps < 0 {
 		c.bad("limits.maxSteps", "must not be negative")
 	}

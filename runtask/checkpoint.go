@@ -103,7 +103,7 @@ func (r *runner) checkpointState(ctx context.Context, runID string) (*sessionSta
 	}
 	sys := firstSystemLine(dir.Path(runrec.TranscriptFile))
 	if sys == "" {
-		if sys, err = r.systemPrompt(); err != nil {
+		if sys, err = r.systemPrompt(ctx, res.BaseCommit); err != nil {
 			return nil, err
 		}
 	}

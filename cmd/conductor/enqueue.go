@@ -36,7 +36,18 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
 			}
-			task, err := runtask.ParseTask(path, body)
+			// A task file, or a job in a shape the worker takes (the
+			// seed's role_dispatch job): the job is pushed as it is, as
+			// its orchestrator would.
+			job, isJob, err := enqueueJob(body)
+			if err != nil {
+				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
+			}
+			taskBody := body
+			if isJob {
+				taskBody = job.Task
+			}
+			task, err := runtask.ParseTask(path, taskBody)
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
 			}
@@ -45,7 +56,12 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			}
 			runID := c.String("run-id")
 			payload := body
-			if !c.Bool("raw") {
+			if isJob {
+				if runID != "" {
+					return usagef("enqueue %s: --run-id: a job names its own run id (runId)", path)
+				}
+				runID = job.RunID
+			} else if !c.Bool("raw") {
 				if runID == "" {
 					runID = runtask.NewRunID(d.Now())
 				}
@@ -100,6 +116,23 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 		}
 	}
 	return nil
+}
+
+// enqueueJob reads a payload that is not a task file (no taskVersion) as
+// a queue job (queue.ParseJob); a task file is not a job.
+func enqueueJob(body []byte) (queue.Job, bool, error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(body, &probe) != nil {
+		return queue.Job{}, false, nil // ParseTask names the syntax error
+	}
+	if _, ok := probe["taskVersion"]; ok {
+		return queue.Job{}, false, nil
+	}
+	if _, ok := probe["task"]; !ok && probe["roleId"] == nil && probe["role_id"] == nil && probe["type"] == nil {
+		return queue.Job{}, false, nil
+	}
+	j, err := queue.ParseJob(body)
+	return j, err == nil, err
 }
 
 func compactJSON(b []byte) []byte {

@@ -33,7 +33,12 @@ func Redispatch(ctx context.Context, o RedispatchOptions) (runrec.Result, error)
 	if err != nil {
 		return runrec.Result{}, fmt.Errorf("redispatch %s: %w", o.Prev.RunID, err)
 	}
-	opts.Task, opts.TaskPath, opts.FollowUp = task, taskPath, o.FollowUp
+	opts.Task, opts.FollowUp = task, o.FollowUp
+	if filepath.IsAbs(task.Brief) {
+		// A run-task brief beside its task file (recorded absolute); a
+		// job's brief stays a path in the repository, read at the base.
+		opts.TaskPath = taskPath
+	}
 	if opts.Repo == "" {
 		opts.Repo = o.Prev.Repo
 		if filepath.Base(o.Prev.Repo) == ".git" {
