@@ -637,7 +637,7 @@ func (r *runner) baseResult() runrec.Result {
 	st := r.state
 	res := runrec.Result{
 		RunID: st.RunID, TaskID: r.task.ID, Session: st.Session, Role: r.opts.Role.Name(), Workspace: st.Workspace,
-		Status: st.Status, ModelAlias: st.ModelAlias, Model: st.Model, Steps: st.Step, StartedAt: st.Started,
+		Status: st.Status, ModelAlias: st.ModelAlias, HarnessAlias: r.harness(), Model: st.Model, Steps: st.Step, StartedAt: st.Started,
 		Repo: st.Repo, BaseCommit: st.BaseCommit, Worktree: st.Worktree, FilesChanged: []string{},
 	}
 	if res.StartedAt.IsZero() {

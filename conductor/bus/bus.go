@@ -36,6 +36,7 @@ type Run struct {
 	Role             string    `json:"role"`
 	Status           string    `json:"status"` // running|succeeded|failed|timeout|budget|stuck|cancelled
 	ModelAlias       string    `json:"modelAlias"`
+	HarnessAlias     string    `json:"harnessAlias,omitempty"` // the seed's harness alias (a job's, else the role's harness)
 	Model            string    `json:"model"`
 	PromptTokens     *int64    `json:"promptTokens"` // nil: the server did not say
 	CompletionTokens *int64    `json:"completionTokens"`
@@ -61,13 +62,15 @@ type RunFilter struct {
 
 // Checkpoint is the resumable state of a run after a step.
 type Checkpoint struct {
-	RunID     string     `json:"runId"`
-	Step      int        `json:"step"`
-	History   []byte     `json:"history"` // bounded tool history, JSON
-	Files     []FileHash `json:"files"`   // files touched: path + content hash
-	Worktree  string     `json:"worktree"`
-	Branch    string     `json:"branch"`
-	CreatedAt time.Time  `json:"createdAt"`
+	RunID    string     `json:"runId"`
+	Step     int        `json:"step"`
+	History  []byte     `json:"history"` // bounded tool history, JSON
+	Files    []FileHash `json:"files"`   // files touched: path + content hash
+	Worktree string     `json:"worktree"`
+	Branch   string     `json:"branch"`
+	// HarnessAlias is the run's harness alias.
+	HarnessAlias string    `json:"harnessAlias,omitempty"`
+	CreatedAt    time.Time `json:"createdAt"`
 }
 
 // FileHash is a touched file and the hash of its content ("" when deleted).
@@ -153,6 +156,7 @@ type Completion struct {
 	RunID            string `json:"runId"`
 	Outcome          string `json:"outcome"`
 	ModelAlias       string `json:"modelAlias"`
+	HarnessAlias     string `json:"harnessAlias,omitempty"`
 	PromptTokens     *int64 `json:"promptTokens"`
 	CompletionTokens *int64 `json:"completionTokens"`
 	TotalTokens      *int64 `json:"totalTokens"`

@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 3
+const SchemaVersion = 4
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -149,6 +149,13 @@ var migrations = []migration{
 			metadata   TEXT NOT NULL DEFAULT '{}'
 		)`,
 		`CREATE INDEX events_run ON events (run_id, id)`,
+	}},
+	// The seed's harness alias (a job's harnessAlias, else the role's
+	// harness) on the run, its claim and its checkpoints.
+	{version: 4, name: "harness alias", stmts: []string{
+		`ALTER TABLE runs ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE claims ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE checkpoints ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 

@@ -280,7 +280,7 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 	}
 	err := h.store.CompleteTask(ctx, bus.Completion{
 		TaskID: task.ID, Claimant: job.RunID, RunID: res.RunID, Outcome: res.Status,
-		ModelAlias: res.ModelAlias, PromptTokens: res.PromptTokens,
+		ModelAlias: res.ModelAlias, HarnessAlias: res.HarnessAlias, PromptTokens: res.PromptTokens,
 		CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens,
 	})
 	switch {
@@ -296,7 +296,7 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 		return queue.Infra(err)
 	}
 	line := map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps,
-		"patchId": res.PatchID}
+		"patchId": res.PatchID, "harnessAlias": res.HarnessAlias}
 	if (job.PR || task.PR) && res.Status == runrec.StatusSucceeded && res.PatchID != "" {
 		pr, err := h.o.Unattended.Run(ctx, h.store, res, int64(task.Issue))
 		if err != nil {
@@ -326,7 +326,7 @@ func (h *Handler) Dead(ctx context.Context, dl *queue.Delivery, cause error) err
 	}
 	err = h.store.CompleteTask(context.WithoutCancel(ctx), bus.Completion{
 		TaskID: task.ID, Claimant: job.RunID, RunID: job.RunID, Outcome: runrec.StatusFailed,
-		Reason: "dead-lettered: " + cause.Error(),
+		HarnessAlias: task.Harness, Reason: "dead-lettered: " + cause.Error(),
 	})
 	if err == nil || errors.Is(err, bus.ErrNotFound) || errors.Is(err, bus.ErrConflict) {
 		return nil
