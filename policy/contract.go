@@ -77,7 +77,11 @@ type RoleContract struct {
 	// conductor's tool loop) or "pi" (the pi agent); a task's own runtime
 	// wins.
 	Runtime string `json:"runtime,omitempty"`
-	Limits  Limits `json:"limits"`
+	// PR is when a queued run of the role opens a draft PR: "on-success"
+	// (the run succeeded and its review approved it) or "never" (default);
+	// a task's own "pr" wins.
+	PR     string `json:"pr,omitempty"`
+	Limits Limits `json:"limits"`
 }
 
 // WriteRules say which worktree paths a role may write: a path must match an
@@ -347,6 +351,10 @@ func (r *Role) OutputLimit() int { return r.c.Limits.OutputLimitBytes }
 // MemoryLimit bounds the memory of one command, in bytes; 0 means the
 // sandbox's default.
 func (r *Role) MemoryLimit() int64 { return r.c.Limits.MemoryBytes }
+
+// PR is when a queued run of the role opens a draft PR: "on-success",
+// "never" or "" (never).
+func (r *Role) PR() string { return r.c.PR }
 
 // PromptLimit bounds each prompt file in bytes; 0 means the worker's default.
 func (r *Role) PromptLimit() int { return r.c.Limits.PromptBytes }

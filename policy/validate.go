@@ -168,6 +168,11 @@ func (l *loader) validateRole(r *RoleContract, fileRole string, src sources) {
 	default:
 		c.bad("runtime", "unknown runtime %q (want builtin or pi)", r.Runtime)
 	}
+	switch r.PR {
+	case "", "on-success", "never":
+	default:
+		c.bad("pr", "unknown value %q (want on-success or never)", r.PR)
+	}
 	if r.Limits.PromptBytes < 0 {
 		c.bad("limits.promptBytes", "must not be negative")
 	}

@@ -297,7 +297,7 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 	}
 	line := map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps,
 		"patchId": res.PatchID, "harnessAlias": res.HarnessAlias}
-	if (job.PR || task.PR) && res.Status == runrec.StatusSucceeded && res.PatchID != "" {
+	if h.opensPR(job, task) && res.Status == runrec.StatusSucceeded && res.PatchID != "" {
 		pr, err := h.o.Unattended.Run(ctx, h.store, res, int64(task.Issue))
 		if err != nil {
 			// The run is done and recorded; the automation's failure is
@@ -314,6 +314,25 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 	}
 	log.Info("run finished", "status", res.Status, "steps", res.Steps)
 	return nil
+}
+
+// opensPR reports whether a succeeded run of the job takes the unattended
+// path to a draft PR: the task's "pr" ("on-success" or true; "never" or
+// false), else its role's.
+func (h *Handler) opensPR(job queue.Job, task runtask.Task) bool {
+	switch task.PR {
+	case runtask.PROnSuccess:
+		return true
+	case runtask.PRNever:
+		return false
+	}
+	if job.PR {
+		return true
+	}
+	opts := h.o.Run
+	opts.Task = task
+	role, err := LoadRole(h.o.RolesDir, opts, task)
+	return err == nil && role.PR() == runtask.PROnSuccess
 }
 
 // Dead releases the claim of a job about to be dead-lettered: the claim is
