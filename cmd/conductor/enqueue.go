@@ -103,6 +103,17 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 			return err
 		}
 	}
+	opts := runtask.Options{Config: cfg, Getenv: d.Getenv, Task: task}
+	if _, err := runtask.ResolveRepo("", task.Workspace, cfg, d.Getenv); err == nil {
+		// The workspace is here: its role file and brief at the base are
+		// checked as the worker will (a job's brief is a repository path).
+		if role, err := dispatch.LoadRole(c.String("roles"), opts, task); err == nil {
+			opts.Role = role
+			if _, err := runtask.CheckPrompt(c.Context, opts); err != nil {
+				return err
+			}
+		}
+	}
 	if task.Role != "" {
 		if _, err := dispatch.LoadRole(c.String("roles"), runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
 			// A repository may define its own roles (roles/): unless it is

@@ -265,8 +265,15 @@ func (h *Handler) checkInput(ctx context.Context, opts runtask.Options, task run
 	if _, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config, opts.Getenv); err != nil {
 		return fmt.Errorf("task %s: %w", task.ID, err)
 	}
-	_, _ = role, resuming
-	return nil
+	if resuming {
+		return nil
+	}
+	// The role file and the brief at the base commit: a brief outside the
+	// repository or missing there, a role file that is not UTF-8 text or
+	// is over the role's prompt limit can never run.
+	opts.Role = role
+	_, err = runtask.CheckPrompt(ctx, opts)
+	return err
 }
 
 // complete records an ended run in the store from its receipt (the run
