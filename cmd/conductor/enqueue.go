@@ -49,7 +49,7 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			}
 			task, err := runtask.ParseTask(path, taskBody)
 			if err != nil {
-				return fmt.Errorf("enqueue: %w", err)
+				return usageErr(fmt.Errorf("enqueue: %w", err))
 			}
 			if err := enqueueCheck(c, d, task); err != nil {
 				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
