@@ -53,10 +53,13 @@ var gitRunners = []string{"patch/git", "scripts/bench", "conductor/forge/fakegit
 // apart lists pairs of peers that never import each other: the worker
 // (runtask) and landing (land) meet only through the store and the run
 // record; the sandbox they share lives in conductor/sandbox. Nothing of
-// conductor/ but the MCP server (which reads task files) reaches into the
-// worker.
+// conductor/ but the MCP server (which reads task files) and dispatch (which
+// starts runs) reaches into the worker.
 var apart = [][2]string{{"runtask$", "land"}, {"land", "runtask"}, {"runtask/fakellm$", "land"},
-	{"conductor/review", "runtask"}, {"conductor/bus", "runtask"}, {"conductor/queue", "runtask"}, {"conductor/forge", "runtask"}}
+	{"conductor/review", "runtask"}, {"conductor/bus", "runtask"}, {"conductor/queue", "runtask"}, {"conductor/forge", "runtask"},
+	// dispatch drives runs and may reach the forge: the worker never
+	// imports it back, and landing is not dispatch's.
+	{"runtask", "conductor/dispatch"}, {"conductor/dispatch", "land"}, {"land", "conductor/dispatch"}}
 
 type pkgInfo struct {
 	imports map[string]bool // our packages, relative to the module

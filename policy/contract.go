@@ -79,7 +79,11 @@ type RoleContract struct {
 	// conductor's tool loop) or "pi" (the pi agent); a task's own runtime
 	// wins.
 	Runtime string `json:"runtime,omitempty"`
-	Limits  Limits `json:"limits"`
+	// PR is when a queued run of the role opens a draft PR: "on-success"
+	// (the run succeeded and its review approved it) or "never" (default);
+	// a task's own "pr" wins.
+	PR     string `json:"pr,omitempty"`
+	Limits Limits `json:"limits"`
 }
 
 // WriteRules say which worktree paths a role may write: a path must match an
@@ -102,6 +106,10 @@ type Limits struct {
 	// (CONDUCTOR_SANDBOX_MAX_MEMORY, default 1 GiB), never raise it; 0
 	// means the operator's limit.
 	MemoryBytes int64 `json:"memoryBytes,omitempty"`
+	// PromptBytes bounds each file a run's system prompt is read from
+	// (.cursor/agents/role-<name>.md and the brief); 0 means the worker's
+	// default (256 KiB).
+	PromptBytes int `json:"promptBytes,omitempty"`
 }
 
 // Role answers what one role may do. It implements runtask's RolePolicy.
@@ -345,6 +353,13 @@ func (r *Role) OutputLimit() int { return r.c.Limits.OutputLimitBytes }
 // MemoryLimit bounds the memory of one command, in bytes; 0 means the
 // sandbox's default.
 func (r *Role) MemoryLimit() int64 { return r.c.Limits.MemoryBytes }
+
+// PR is when a queued run of the role opens a draft PR: "on-success",
+// "never" or "" (never).
+func (r *Role) PR() string { return r.c.PR }
+
+// PromptLimit bounds each prompt file in bytes; 0 means the worker's default.
+func (r *Role) PromptLimit() int { return r.c.Limits.PromptBytes }
 
 // Commands returns the allowlisted argv prefixes.
 func (r *Role) Commands() [][]string {

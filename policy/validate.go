@@ -209,6 +209,11 @@ func (c checker) roleRuntime(r *RoleContract) {
 	default:
 		c.bad("runtime", "unknown runtime %q (want builtin or pi)", r.Runtime)
 	}
+	switch r.PR {
+	case "", "on-success", "never":
+	default:
+		c.bad("pr", "unknown value %q (want on-success or never)", r.PR)
+	}
 }
 
 // roleLimits: no negative limit; memory within what a sandbox can run.
@@ -217,6 +222,7 @@ func (c checker) roleLimits(r *RoleContract) {
 		field string
 		v     int64
 	}{
+		{"limits.promptBytes", int64(r.Limits.PromptBytes)},
 		{"limits.maxSteps", int64(r.Limits.MaxSteps)},
 		{"limits.tokenBudget", int64(r.Limits.TokenBudget)},
 		{"limits.commandTimeoutSeconds", int64(r.Limits.CommandTimeoutSeconds)},

@@ -30,11 +30,11 @@ func (r *runner) checkpoint(ctx context.Context) {
 		return
 	}
 	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
-		Worktree: st.Worktree, Branch: r.workBranch(ctx), Workspace: r.task.Workspace, CreatedAt: r.now()}
+		Worktree: st.Worktree, Branch: r.workBranch(ctx), Workspace: r.task.Workspace, HarnessAlias: r.harness(), CreatedAt: r.now()}
 	err = r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp)
 	r.storeResult(err, fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
 	if err == nil {
-		r.event(ctx, bus.EventCheckpoint, map[string]any{"step": st.Step, "files": len(cp.Files)})
+		r.event(ctx, bus.EventCheckpoint, map[string]any{"step": st.Step, "files": len(cp.Files), "harnessAlias": cp.HarnessAlias})
 	}
 }
 
@@ -128,7 +128,7 @@ func (r *runner) checkpointState(ctx context.Context, runID string) (*sessionSta
 	}
 	sys := firstSystemLine(dir.Path(runrec.TranscriptFile))
 	if sys == "" {
-		if sys, err = r.systemPrompt(); err != nil {
+		if sys, err = r.systemPrompt(ctx, res.BaseCommit); err != nil {
 			return nil, err
 		}
 	}

@@ -163,12 +163,12 @@ func (p *piSession) Turn(ctx context.Context) (string, string) {
 	if strings.HasPrefix(prompt, "-") || strings.HasPrefix(prompt, "@") {
 		prompt = " " + prompt
 	}
-	sys, err := r.systemPrompt()
+	sys, err := r.systemPrompt(ctx, r.state.BaseCommit)
 	if err != nil {
 		return runrec.StatusFailed, err.Error()
 	}
 	if p.mode == modeNew {
-		r.transcript(transcriptLine{Type: lineSystem, Text: sys})
+		r.transcript(transcriptLine{Type: lineSystem, Text: sys, Sources: r.promptSources})
 	}
 	r.transcript(transcriptLine{Type: lineUser, Text: prompt})
 

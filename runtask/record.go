@@ -65,6 +65,8 @@ type transcriptLine struct {
 	OutputFile   string                        `json:"outputFile,omitempty"`
 	NoteID       int64                         `json:"noteId,omitempty"`
 	Status       string                        `json:"status,omitempty"`
+	// Sources (the system line) are the files the prompt came from.
+	Sources []PromptSource `json:"sources,omitempty"`
 }
 
 // Event is one progress event (JSONL with --json).

@@ -173,7 +173,8 @@ type runner struct {
 	// outside: the loop failed from an outside cause (model server, disk):
 	// the run is recorded resumable. reopen: Resume continues such a run.
 	outside, reopen bool
-	storeDown       bool // the bus store failed: warned once, until it answers again
+	storeDown       bool           // the bus store failed: warned once, until it answers again
+	promptSources   []PromptSource // the files the system prompt came from
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -188,6 +189,13 @@ func newRunner(opts Options) (*runner, error) {
 		r.now = time.Now
 	}
 	r.cfg = opts.Config.WithDefaults()
+	if b := r.task.Brief; b != "" && opts.TaskPath != "" && !filepath.IsAbs(b) {
+		// Beside the task file: the run folder's task.json names the file
+		// itself, so that a later round read from there finds it.
+		if abs, err := filepath.Abs(filepath.Join(filepath.Dir(opts.TaskPath), b)); err == nil {
+			r.task.Brief = abs
+		}
+	}
 	r.lim = resolveLimits(r.task, opts.Role, r.cfg)
 	var denied []string
 	for _, t := range r.task.Tools() {
@@ -365,7 +373,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		return r.fail(ctx, err)
 	}
 	defer closeWorktree()
-	drift, err := r.openConversation(mode)
+	drift, err := r.openConversation(ctx, mode)
 	switch {
 	case err != nil:
 		return r.fail(ctx, err)
@@ -556,12 +564,12 @@ func (r *runner) prepareWorktree(ctx context.Context, mode runMode, secretEnv []
 // pi round's prompt goes to pi, which keeps its own session). Continuing,
 // it checks the worktree against the last checkpoint: drift is the
 // message to finish with (StatusDrift) unless the operator accepts it.
-func (r *runner) openConversation(mode runMode) (drift string, err error) {
+func (r *runner) openConversation(ctx context.Context, mode runMode) (drift string, err error) {
 	t, st := r.task, r.state
 	pi := t.Runtime == RuntimePi
 	switch {
 	case mode == modeNew && !pi:
-		sys, err := r.systemPrompt()
+		sys, err := r.systemPrompt(ctx, st.BaseCommit)
 		if err != nil {
 			return "", err
 		}
@@ -569,7 +577,7 @@ func (r *runner) openConversation(mode runMode) (drift string, err error) {
 			{Role: openai.ChatMessageRoleSystem, Content: sys},
 			{Role: openai.ChatMessageRoleUser, Content: t.Prompt},
 		}
-		r.transcript(transcriptLine{Type: lineSystem, Text: sys})
+		r.transcript(transcriptLine{Type: lineSystem, Text: sys, Sources: r.promptSources})
 		r.transcript(transcriptLine{Type: lineUser, Text: t.Prompt})
 	case mode == modeFollowUp && !pi:
 		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
@@ -615,31 +623,16 @@ func (r *runner) connectRegistry(alias string) (ModelClient, string, []string, e
 	return client, spec.Model, secrets, nil
 }
 
-// systemPrompt is the role's prompt followed by the task's brief.
-func (r *runner) systemPrompt() (string, error) {
-	sys := strings.TrimSpace(r.opts.Role.SystemPrompt())
-	if r.task.Brief == "" {
-		return sys, nil
-	}
-	p := r.task.Brief
-	if !filepath.IsAbs(p) && r.opts.TaskPath != "" {
-		p = filepath.Join(filepath.Dir(r.opts.TaskPath), p)
-	}
-	fi, err := os.Stat(p)
+// systemPrompt is the role's prompt followed by the task's brief, as of
+// the base commit (buildPrompt); the files it came from are kept for the
+// transcript's first entry.
+func (r *runner) systemPrompt(ctx context.Context, base string) (string, error) {
+	sp, err := buildPrompt(ctx, r.repo, base, r.opts.Role, r.task, r.opts.TaskPath)
 	if err != nil {
-		return "", fmt.Errorf("task %s: brief: %w", r.task.ID, err)
+		return "", err
 	}
-	if fi.Size() > 256<<10 {
-		return "", fmt.Errorf("task %s: brief %s: %d bytes is larger than 256 KiB", r.task.ID, p, fi.Size())
-	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return "", fmt.Errorf("task %s: brief: %w", r.task.ID, err)
-	}
-	if sys == "" {
-		return strings.TrimSpace(string(b)), nil
-	}
-	return sys + "\n\n" + strings.TrimSpace(string(b)), nil
+	r.promptSources = sp.Sources
+	return sp.Text, nil
 }
 
 func (r *runner) writeTask() error {
@@ -709,7 +702,7 @@ func (r *runner) baseResult() runrec.Result {
 	st := r.state
 	res := runrec.Result{
 		RunID: st.RunID, TaskID: r.task.ID, Session: st.Session, Role: r.opts.Role.Name(), Workspace: st.Workspace,
-		Status: st.Status, ModelAlias: st.ModelAlias, Model: st.Model, Steps: st.Step, StartedAt: st.Started,
+		Status: st.Status, ModelAlias: st.ModelAlias, HarnessAlias: r.harness(), Model: st.Model, Steps: st.Step, StartedAt: st.Started,
 		Repo: st.Repo, BaseCommit: st.BaseCommit, Worktree: st.Worktree, FilesChanged: []string{},
 	}
 	if res.StartedAt.IsZero() {

@@ -56,7 +56,7 @@ type Task struct {
 	Harness     string `json:"harness,omitempty"`     // informational: the seed's harness alias
 	MaxSteps    int    `json:"maxSteps,omitempty"`    // tool rounds; 0: role, else WORKER_MAX_TOOL_STEPS
 	TokenBudget int64  `json:"tokenBudget,omitempty"` // total tokens; 0: role's budget, else unlimited
-	PR          bool   `json:"pr,omitempty"`          // open a draft PR after landing (forge)
+	PR          PRWhen `json:"pr,omitempty"`          // when the unattended path opens a draft PR: "on-success" (or true), "never" (or false); absent: the role's
 	Issue       int    `json:"issue,omitempty"`       // forge issue the task resolves
 	Runtime     string `json:"runtime,omitempty"`     // who drives the session: builtin (default) or pi
 }
@@ -387,4 +387,30 @@ func (t Task) Tools() []string {
 		}
 	}
 	return out
+}
+
+// When a queued run's draft PR opens (a task's or a role's "pr").
+const (
+	// PROnSuccess: the run succeeded and its review (checks and gate)
+	// approved it: push the work branch and open a draft PR.
+	PROnSuccess = "on-success"
+	// PRNever: no PR, whatever the role says.
+	PRNever = "never"
+)
+
+// PRWhen is a task's "pr": "on-success" or "never"; true and false (the
+// older form) mean the same. Empty: the role decides.
+type PRWhen string
+
+// UnmarshalJSON accepts true, false, "on-success" and "never".
+func (p *PRWhen) UnmarshalJSON(b []byte) error {
+	switch string(bytes.TrimSpace(b)) {
+	case "true", `"on-success"`:
+		*p = PROnSuccess
+	case "false", `"never"`:
+		*p = PRNever
+	default:
+		return fmt.Errorf("want true, false, \"on-success\" or \"never\", got %s", b)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/conductor-dev/conductor/conductor/dispatch"
 	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -35,16 +36,32 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			if err != nil {
 				return fmt.Errorf("enqueue: %w", err)
 			}
-			task, err := runtask.ParseTask(path, body)
+			// A task file, or a job in a shape the worker takes (the
+			// seed's role_dispatch job): the job is pushed as it is, as
+			// its orchestrator would.
+			job, isJob, err := enqueueJob(body)
 			if err != nil {
-				return fmt.Errorf("enqueue: %w", err)
+				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
+			}
+			taskBody := body
+			if isJob {
+				taskBody = job.Task
+			}
+			task, err := runtask.ParseTask(path, taskBody)
+			if err != nil {
+				return usageErr(fmt.Errorf("enqueue: %w", err))
 			}
 			if err := enqueueCheck(c, d, task); err != nil {
 				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
 			}
 			runID := c.String("run-id")
 			payload := body
-			if !c.Bool("raw") {
+			if isJob {
+				if runID != "" {
+					return usagef("enqueue %s: --run-id: a job names its own run id (runId)", path)
+				}
+				runID = job.RunID
+			} else if !c.Bool("raw") {
 				if runID == "" {
 					runID = runtask.NewRunID(d.Now())
 				}
@@ -89,8 +106,19 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 			return err
 		}
 	}
+	opts := runtask.Options{Config: cfg, Getenv: d.Getenv, Task: task}
+	if _, err := runtask.ResolveRepo("", task.Workspace, cfg); err == nil {
+		// The workspace is here: its role file and brief at the base are
+		// checked as the worker will (a job's brief is a repository path).
+		if role, err := dispatch.LoadRole(c.String("roles"), opts, task); err == nil {
+			opts.Role = role
+			if _, err := runtask.CheckPrompt(c.Context, opts); err != nil {
+				return err
+			}
+		}
+	}
 	if task.Role != "" {
-		if _, err := loadRunRole(c, runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
+		if _, err := dispatch.LoadRole(c.String("roles"), runtask.Options{Config: cfg, Getenv: d.Getenv}, task); err != nil {
 			// A repository may define its own roles (roles/): unless it is
 			// here to look at, an unknown role cannot be told from one the
 			// worker's host will find.
@@ -102,6 +130,23 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 		}
 	}
 	return nil
+}
+
+// enqueueJob reads a payload that is not a task file (no taskVersion) as
+// a queue job (queue.ParseJob); a task file is not a job.
+func enqueueJob(body []byte) (queue.Job, bool, error) {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(body, &probe) != nil {
+		return queue.Job{}, false, nil // ParseTask names the syntax error
+	}
+	if _, ok := probe["taskVersion"]; ok {
+		return queue.Job{}, false, nil
+	}
+	if _, ok := probe["task"]; !ok && probe["roleId"] == nil && probe["role_id"] == nil && probe["type"] == nil {
+		return queue.Job{}, false, nil
+	}
+	j, err := queue.ParseJob(body)
+	return j, err == nil, err
 }
 
 func compactJSON(b []byte) []byte {

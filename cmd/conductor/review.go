@@ -13,12 +13,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/dispatch"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
-	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newReviewCmd(d *deps) *cli.Command {
@@ -223,7 +223,7 @@ func reviewRunDir(runDir func(string) string, arg string) (runrec.Dir, error) {
 }
 
 // reviewRedispatch continues the run's session with the findings: a new run
-// of the same task (runtask.Run with FollowUp).
+// of the same task (dispatch.Redispatch).
 func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Result, followUp string) error {
 	opts, err := runTaskOptions(c, d)
 	if err != nil {
@@ -233,38 +233,15 @@ func reviewRedispatch(c *cli.Context, d *deps, dir runrec.Dir, prev runrec.Resul
 	if c.Bool("progress") {
 		opts.Events = d.Stderr
 	}
-	taskPath := dir.Path(runrec.TaskFile)
-	task, err := runtask.LoadTask(taskPath)
-	if err != nil {
-		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
-	}
-	opts.Task, opts.TaskPath, opts.FollowUp = task, taskPath, followUp
-	if opts.Repo == "" {
-		opts.Repo = prev.Repo
-		if filepath.Base(prev.Repo) == ".git" {
-			opts.Repo = filepath.Dir(prev.Repo)
-		}
-	}
-	if opts.ModelAlias == "" {
-		opts.ModelAlias = prev.ModelAlias
-	}
-	role, err := loadRunRole(c, opts, task)
-	if err != nil {
-		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
-	}
-	opts.Role = role
-	sb, err := d.openSandbox(c, cmp.Or(d.config(c).Sandbox, role.SandboxBackend(), sandbox.BackendAuto), "")
-	if err != nil {
-		return err
-	}
-	defer closeSandbox(d, sb)
-	opts.Sandbox = sb
 	if s, err := d.openStore(c); err == nil {
 		opts.Store = s
 	}
-	res, err := runtask.Run(c.Context, opts)
+	res, err := dispatch.Redispatch(c.Context, dispatch.RedispatchOptions{
+		Run: opts, RunDir: dir, Prev: prev, FollowUp: followUp,
+		RolesDir: c.String("roles"), Sandbox: d.config(c).Sandbox, Sandboxes: d.sandboxes(c),
+	})
 	if err != nil {
-		return fmt.Errorf("redispatch %s: %w", prev.RunID, err)
+		return err
 	}
 	w := d.Stdout
 	if c.Bool("json") {

@@ -172,6 +172,7 @@ func runsShow(c *cli.Context, d *deps, id string, asJSON bool) error {
 		model = strings.TrimSpace(v.ModelAlias + " (" + v.Model + ")")
 	}
 	row("model", model)
+	row("harness", v.HarnessAlias)
 	row("steps", strconv.Itoa(v.Steps))
 	row("tokens", fmt.Sprintf("%s total (%s prompt, %s completion)",
 		runsTokens(v.TotalTokens), runsTokens(v.PromptTokens), runsTokens(v.CompletionTokens)))

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -13,12 +11,8 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/termtext"
-	"github.com/conductor-dev/conductor/policy"
-	"github.com/conductor-dev/conductor/roles"
 	"github.com/conductor-dev/conductor/runtask"
 )
-
-const defaultRole = "implementer"
 
 // runTaskFlags are shared by run and resume.
 func runTaskFlags() []cli.Flag {
@@ -151,7 +145,7 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 			}
 		}
 	}
-	if err := prepareRun(c, d, &opts, task); err != nil {
+	if err := prepareRun(c, d, &opts); err != nil {
 		return err
 	}
 	defer closeSandbox(d, opts.Sandbox)
@@ -178,38 +172,6 @@ func runTask(c *cli.Context, d *deps, opts runtask.Options, resumeID string) err
 		return &silentError{code: exitError}
 	}
 	return nil
-}
-
-// loadRunRole loads the effective role contract: the defaults merged with
-// --roles DIR, else the workspace repository's roles/ folder.
-//
-// A roles folder found in the repository is the repository's, not the
-// operator's: it may not set a role's sandbox to none (policy.LoadRepo);
-// --roles DIR, --sandbox and WORKER_SANDBOX are the operator's.
-func loadRunRole(c *cli.Context, opts runtask.Options, task runtask.Task) (*policy.Role, error) {
-	dir := c.String("roles")
-	load := policy.Load
-	if dir != "" {
-		if sub := filepath.Join(dir, "roles"); isDir(sub) {
-			dir = sub
-		} else if !isDir(dir) {
-			return nil, fmt.Errorf("roles folder %s: not a folder", dir)
-		}
-	} else if g, err := runtask.ResolveRepo(opts.Repo, task.Workspace, opts.Config); err == nil && g.WorkTree != "" {
-		if sub := filepath.Join(g.WorkTree, "roles"); isDir(sub) {
-			dir, load = sub, policy.LoadRepo
-		}
-	}
-	pol, err := load(roles.FS, dir)
-	if err != nil {
-		return nil, err
-	}
-	name := cmp.Or(task.Role, defaultRole)
-	role, err := pol.Role(name)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: role: %w", task.ID, err)
-	}
-	return role, nil
 }
 
 func isDir(p string) bool {

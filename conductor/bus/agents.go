@@ -302,10 +302,10 @@ func claimedRefusal(taskID string, c claimRow, l *Lease) error {
 
 func insertRun(ctx context.Context, q querier, r Run) error {
 	_, err := q.exec(ctx, `INSERT INTO runs (`+runColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		r.ID, r.TaskID, r.Session, r.Role, r.Status, r.ModelAlias, r.Model,
 		r.PromptTokens, r.CompletionTokens, r.TotalTokens, int64(r.Steps), r.Repo, r.BaseCommit,
-		r.Worktree, r.Branch, r.PatchID, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome)
+		r.Worktree, r.Branch, r.PatchID, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome, r.HarnessAlias)
 	return err
 }
 

@@ -36,6 +36,7 @@ type Run struct {
 	Role             string    `json:"role"`
 	Status           string    `json:"status"` // running|succeeded|failed|timeout|budget|stuck|cancelled
 	ModelAlias       string    `json:"modelAlias"`
+	HarnessAlias     string    `json:"harnessAlias,omitempty"` // the seed's harness alias (a job's, else the role's harness)
 	Model            string    `json:"model"`
 	PromptTokens     *int64    `json:"promptTokens"` // nil: the server did not say
 	CompletionTokens *int64    `json:"completionTokens"`
@@ -68,7 +69,9 @@ type Checkpoint struct {
 	Worktree  string     `json:"worktree"`
 	Branch    string     `json:"branch"`    // the work branch, when the run has one
 	Workspace string     `json:"workspace"` // the run's workspace ("" before schema 5)
-	CreatedAt time.Time  `json:"createdAt"`
+	// HarnessAlias is the run's harness alias ("" before schema 6).
+	HarnessAlias string    `json:"harnessAlias,omitempty"`
+	CreatedAt    time.Time `json:"createdAt"`
 }
 
 // FileHash is a touched file and the hash of its content ("" when deleted).
@@ -154,6 +157,7 @@ type Completion struct {
 	RunID            string `json:"runId"`
 	Outcome          string `json:"outcome"`
 	ModelAlias       string `json:"modelAlias"`
+	HarnessAlias     string `json:"harnessAlias,omitempty"`
 	PromptTokens     *int64 `json:"promptTokens"`
 	CompletionTokens *int64 `json:"completionTokens"`
 	TotalTokens      *int64 `json:"totalTokens"`

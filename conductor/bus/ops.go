@@ -141,6 +141,7 @@ type RunSummary struct {
 	Session          string    `json:"session"`
 	Role             string    `json:"role"`
 	ModelAlias       string    `json:"modelAlias"`
+	HarnessAlias     string    `json:"harnessAlias,omitempty"`
 	Model            string    `json:"model"`
 	Steps            int       `json:"steps"`
 	PromptTokens     *int64    `json:"promptTokens"`
@@ -198,7 +199,7 @@ func summarize(id string, r *Run, res *runrec.Result) RunSummary {
 	s := RunSummary{ID: id}
 	if res != nil {
 		s = RunSummary{ID: id, Status: res.Status, TaskID: res.TaskID, Session: res.Session, Role: res.Role,
-			ModelAlias: res.ModelAlias, Model: res.Model, Steps: res.Steps, PromptTokens: res.PromptTokens,
+			ModelAlias: res.ModelAlias, HarnessAlias: res.HarnessAlias, Model: res.Model, Steps: res.Steps, PromptTokens: res.PromptTokens,
 			CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens, BaseCommit: res.BaseCommit,
 			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt,
 			Outcome: res.Error, Source: "folder"}
@@ -231,6 +232,7 @@ func summarize(id string, r *Run, res *runrec.Result) RunSummary {
 	pick(&s.Session, r.Session)
 	pick(&s.Role, r.Role)
 	pick(&s.ModelAlias, r.ModelAlias)
+	pick(&s.HarnessAlias, r.HarnessAlias)
 	pick(&s.Model, r.Model)
 	pick(&s.BaseCommit, r.BaseCommit)
 	pick(&s.Branch, r.Branch)
@@ -410,7 +412,7 @@ func tail(path string, n int) string {
 // RunFromResult is the store row of a run receipt (result.json).
 func RunFromResult(res runrec.Result) Run {
 	return Run{ID: res.RunID, TaskID: res.TaskID, Session: res.Session, Role: res.Role, Status: res.Status,
-		ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
+		ModelAlias: res.ModelAlias, HarnessAlias: res.HarnessAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
 		TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
 		Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
 }
@@ -457,7 +459,7 @@ func Reconcile(ctx context.Context, s Store, runsDir string) ([]Repair, error) {
 			cl, err := s.GetClaim(ctx, res.TaskID)
 			if err == nil && cl.Claimant == res.RunID && cl.Completion == nil {
 				err = s.CompleteTask(ctx, Completion{TaskID: res.TaskID, Claimant: res.RunID, RunID: res.RunID,
-					Outcome: res.Status, ModelAlias: res.ModelAlias, PromptTokens: res.PromptTokens,
+					Outcome: res.Status, ModelAlias: res.ModelAlias, HarnessAlias: res.HarnessAlias, PromptTokens: res.PromptTokens,
 					CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens})
 				if err != nil && !errors.Is(err, ErrConflict) {
 					return out, fmt.Errorf("reconcile %s: %w", res.RunID, err)

@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 5
+const SchemaVersion = 6
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -179,6 +179,13 @@ var migrations = []migration{
 	// written before carry an empty workspace.
 	{version: 5, name: "checkpoint workspace", stmts: []string{
 		`ALTER TABLE checkpoints ADD COLUMN workspace TEXT NOT NULL DEFAULT ''`,
+	}},
+	// The seed's harness alias (a job's harnessAlias, else the role's
+	// harness) on the run, its claim and its checkpoints.
+	{version: 6, name: "harness alias", stmts: []string{
+		`ALTER TABLE runs ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE claims ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
+		`ALTER TABLE checkpoints ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
 	}},
 }
 

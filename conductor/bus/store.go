@@ -185,7 +185,7 @@ func nullInt(n sql.NullInt64) *int64 {
 
 const runColumns = `id, task_id, session, role, status, model_alias, model,
 	prompt_tokens, completion_tokens, total_tokens, steps, repo, base_commit,
-	worktree, branch, patch_id, started_at, finished_at, outcome`
+	worktree, branch, patch_id, started_at, finished_at, outcome, harness_alias`
 
 func (s *sqlStore) PutRun(ctx context.Context, r Run) error {
 	if strings.TrimSpace(r.ID) == "" {
@@ -196,7 +196,7 @@ func (s *sqlStore) PutRun(ctx context.Context, r Run) error {
 	}
 	return s.write(ctx, func(q querier) error {
 		_, err := q.exec(ctx, `INSERT INTO runs (`+runColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET
 				task_id = excluded.task_id, session = excluded.session,
 				role = excluded.role, status = excluded.status,
@@ -207,10 +207,11 @@ func (s *sqlStore) PutRun(ctx context.Context, r Run) error {
 				repo = excluded.repo, base_commit = excluded.base_commit,
 				worktree = excluded.worktree, branch = excluded.branch,
 				patch_id = excluded.patch_id, started_at = excluded.started_at,
-				finished_at = excluded.finished_at, outcome = excluded.outcome`,
+				finished_at = excluded.finished_at, outcome = excluded.outcome,
+				harness_alias = excluded.harness_alias`,
 			r.ID, r.TaskID, r.Session, r.Role, r.Status, r.ModelAlias, r.Model,
 			r.PromptTokens, r.CompletionTokens, r.TotalTokens, int64(r.Steps), r.Repo, r.BaseCommit,
-			r.Worktree, r.Branch, r.PatchID, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome)
+			r.Worktree, r.Branch, r.PatchID, ts(r.StartedAt), ts(r.FinishedAt), r.Outcome, r.HarnessAlias)
 		if err != nil {
 			return fmt.Errorf("put run %s: %w", r.ID, err)
 		}
@@ -227,7 +228,7 @@ func scanRun(r scanner) (Run, error) {
 	)
 	err := r.Scan(&run.ID, &run.TaskID, &run.Session, &run.Role, &run.Status, &run.ModelAlias, &run.Model,
 		&p, &c, &t, &steps, &run.Repo, &run.BaseCommit,
-		&run.Worktree, &run.Branch, &run.PatchID, &started, &fini, &run.Outcome)
+		&run.Worktree, &run.Branch, &run.PatchID, &started, &fini, &run.Outcome, &run.HarnessAlias)
 	run.PromptTokens, run.CompletionTokens, run.TotalTokens = nullInt(p), nullInt(c), nullInt(t)
 	run.Steps = int(steps)
 	run.StartedAt, run.FinishedAt = fromTS(started), fromTS(fini)
@@ -317,9 +318,9 @@ func (s *sqlStore) PutCheckpoint(ctx context.Context, c Checkpoint) error {
 		c.CreatedAt = s.timeNow()
 	}
 	return s.write(ctx, func(q querier) error {
-		_, err := q.exec(ctx, `INSERT INTO checkpoints (run_id, step, history, files, worktree, branch, workspace, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			c.RunID, int64(c.Step), c.History, string(fb), c.Worktree, c.Branch, c.Workspace, ts(c.CreatedAt))
+		_, err := q.exec(ctx, `INSERT INTO checkpoints (run_id, step, history, files, worktree, branch, workspace, created_at, harness_alias)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			c.RunID, int64(c.Step), c.History, string(fb), c.Worktree, c.Branch, c.Workspace, ts(c.CreatedAt), c.HarnessAlias)
 		if err != nil {
 			return fmt.Errorf("put checkpoint %s step %d: %w", c.RunID, c.Step, err)
 		}
@@ -334,9 +335,9 @@ func (s *sqlStore) LatestCheckpoint(ctx context.Context, runID string) (Checkpoi
 		files         string
 	)
 	err := s.read(ctx, func(q querier) error {
-		return one(ctx, q, `SELECT step, history, files, worktree, branch, workspace, created_at
+		return one(ctx, q, `SELECT step, history, files, worktree, branch, workspace, created_at, harness_alias
 			FROM checkpoints WHERE run_id = ? ORDER BY step DESC, id DESC LIMIT 1`, []any{runID},
-			&step, &c.History, &files, &c.Worktree, &c.Branch, &c.Workspace, &created)
+			&step, &c.History, &files, &c.Worktree, &c.Branch, &c.Workspace, &created, &c.HarnessAlias)
 	})
 	if errors.Is(err, errNoRows) {
 		return Checkpoint{}, notFound("checkpoint of run %s", runID)
@@ -753,10 +754,10 @@ func (s *sqlStore) CompleteTask(ctx context.Context, c Completion) error {
 	}
 	err := s.write(ctx, func(q querier) error {
 		n, err := q.exec(ctx, `UPDATE claims SET completed_at = ?, run_id = ?, outcome = ?, model_alias = ?,
-			prompt_tokens = ?, completion_tokens = ?, total_tokens = ?, reason = ?
+			prompt_tokens = ?, completion_tokens = ?, total_tokens = ?, reason = ?, harness_alias = ?
 			WHERE task_id = ? AND claimant = ? AND completed_at = 0`,
 			ts(s.timeNow()), c.RunID, c.Outcome, c.ModelAlias, c.PromptTokens, c.CompletionTokens, c.TotalTokens,
-			c.Reason, c.TaskID, c.Claimant)
+			c.Reason, c.HarnessAlias, c.TaskID, c.Claimant)
 		if err != nil || n == 1 {
 			return err
 		}
@@ -785,12 +786,13 @@ func (s *sqlStore) GetClaim(ctx context.Context, taskID string) (Claim, error) {
 	var (
 		claimed, done                 int64
 		runID, outcome, alias, reason string
+		harness                       string
 		p, c, t                       sql.NullInt64
 	)
 	err := s.read(ctx, func(q querier) error {
 		return one(ctx, q, `SELECT claimant, claimed_at, completed_at, run_id, outcome, model_alias,
-			prompt_tokens, completion_tokens, total_tokens, reason FROM claims WHERE task_id = ?`, []any{taskID},
-			&cl.Claimant, &claimed, &done, &runID, &outcome, &alias, &p, &c, &t, &reason)
+			prompt_tokens, completion_tokens, total_tokens, reason, harness_alias FROM claims WHERE task_id = ?`, []any{taskID},
+			&cl.Claimant, &claimed, &done, &runID, &outcome, &alias, &p, &c, &t, &reason, &harness)
 	})
 	if errors.Is(err, errNoRows) {
 		return Claim{}, notFound("claim of task %s", taskID)
@@ -802,7 +804,7 @@ func (s *sqlStore) GetClaim(ctx context.Context, taskID string) (Claim, error) {
 	if done != 0 {
 		cl.CompletedAt = fromTS(done)
 		cl.Completion = &Completion{
-			TaskID: taskID, Claimant: cl.Claimant, RunID: runID, Outcome: outcome, ModelAlias: alias,
+			TaskID: taskID, Claimant: cl.Claimant, RunID: runID, Outcome: outcome, ModelAlias: alias, HarnessAlias: harness,
 			PromptTokens: nullInt(p), CompletionTokens: nullInt(c), TotalTokens: nullInt(t), Reason: reason,
 		}
 	}

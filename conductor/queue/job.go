@@ -17,7 +17,7 @@ type Job struct {
 	// Resume asks to continue RunID from its latest checkpoint.
 	Resume bool
 	// PR asks the automation path to open a draft PR after an approved review.
-	PR bool
+	PR bool // "pr": true or "on-success" (the task carries it too)
 	// Shape is "task" or "seed": which payload form was given.
 	Shape string
 }
@@ -40,7 +40,7 @@ type Job struct {
 //	session                   → session (default: the task id)
 //	prompt                    → prompt (default: "Carry out the brief.")
 //	timeoutSeconds            → timeoutSeconds (default 1800)
-//	pr                        → open a draft PR when review approves
+//	pr                        → pr: "on-success" (or true) opens a draft PR when review approves, "never" (or false) never
 type SeedJob struct {
 	// Type is the orchestrator's job type: "role_dispatch" (or absent).
 	Type           string `json:"type"`
@@ -55,7 +55,9 @@ type SeedJob struct {
 	Session        string `json:"session"`
 	Prompt         string `json:"prompt"`
 	TimeoutSeconds int    `json:"timeoutSeconds"`
-	PR             bool   `json:"pr"`
+	// PR is passed to the task as given (true, false, "on-success",
+	// "never"); the task file's decoding judges it.
+	PR json.RawMessage `json:"pr"`
 }
 
 var seedAliases = map[string]string{
@@ -101,13 +103,12 @@ func ParseJob(payload []byte) (Job, error) {
 	}
 	if _, ok := probe["taskVersion"]; ok {
 		var meta struct {
-			ID string `json:"id"`
-			PR bool   `json:"pr"`
+			PR json.RawMessage `json:"pr"`
 		}
 		json.Unmarshal(payload, &meta)
 		// A task body: the run id is stable for the payload, so a
 		// redelivery resumes the same run.
-		return Job{Task: payload, RunID: "r-job-" + id, PR: meta.PR, Shape: "task"}, nil
+		return Job{Task: payload, RunID: "r-job-" + id, PR: prOnSuccess(meta.PR), Shape: "task"}, nil
 	}
 	norm := map[string]json.RawMessage{}
 	for k, v := range probe {
@@ -178,14 +179,20 @@ func ParseJob(payload []byte) (Job, error) {
 	if s.Harness != "" {
 		task["harness"] = s.Harness
 	}
-	if s.PR {
-		task["pr"] = true
+	if len(s.PR) > 0 {
+		task["pr"] = s.PR
 	}
 	tb, err := json.Marshal(task)
 	if err != nil {
 		return Job{}, err
 	}
-	return Job{Task: tb, RunID: s.RunID, Resume: s.Resume, PR: s.PR, Shape: "seed"}, nil
+	return Job{Task: tb, RunID: s.RunID, Resume: s.Resume, PR: prOnSuccess(s.PR), Shape: "seed"}, nil
+}
+
+// prOnSuccess reports whether a job's "pr" asks for the draft PR.
+func prOnSuccess(raw json.RawMessage) bool {
+	s := string(bytes.TrimSpace(raw))
+	return s == "true" || s == `"on-success"`
 }
 
 // validAlias reports whether a harness alias is a plain name.

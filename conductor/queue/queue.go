@@ -72,6 +72,19 @@ type Queue interface {
 	Close() error
 }
 
+// RunLocker is a queue that can hold a named lock shared by every consumer
+// of the queue (Redis: SET NX PX). A dispatcher takes one per run id so that
+// a redelivery racing a slow heartbeat never runs the same run twice at
+// once. Queues without one (the embedded store's, whose leases are rows of
+// the same store the claims are in) rely on the backlog claim alone.
+type RunLocker interface {
+	// Lock takes name for ttl; ok is false when another consumer holds it.
+	// refresh extends a held lock; release drops it if it is still ours.
+	Lock(ctx context.Context, name string, ttl time.Duration) (ok bool, refresh func(context.Context) error, release func(context.Context), err error)
+}
+
+var _ RunLocker = (*Redis)(nil)
+
 // DeadLetter is a dead-lettered job.
 type DeadLetter struct {
 	ID       string          `json:"id"`

@@ -59,6 +59,7 @@ type Result struct {
 	Workspace        string    `json:"workspace"`
 	Status           string    `json:"status"`
 	ModelAlias       string    `json:"modelAlias"`
+	HarnessAlias     string    `json:"harnessAlias,omitempty"` // the seed's harness alias: the task's, else the role's harness
 	Model            string    `json:"model"`
 	PromptTokens     *int64    `json:"promptTokens"` // null: the server did not report usage
 	CompletionTokens *int64    `json:"completionTokens"`

@@ -101,7 +101,7 @@ func testRuns(t *testing.T, s bus.Store, c *Clock) {
 	start := c.Now()
 	r1 := bus.Run{
 		ID: "r-1", TaskID: "t-a", Session: "worker-1", Role: "worker", Status: "running",
-		ModelAlias: "local", Model: "qwen", Steps: 0, Repo: "/repo/.git", BaseCommit: "abc",
+		ModelAlias: "local", HarnessAlias: "doc-writer", Model: "qwen", Steps: 0, Repo: "/repo/.git", BaseCommit: "abc",
 		Worktree: "/wt/1", Branch: "work/1", StartedAt: start,
 	}
 	must(t, s.PutRun(ctx, r1))
@@ -184,13 +184,13 @@ func testCheckpoints(t *testing.T, s bus.Store, c *Clock) {
 		must(t, s.PutCheckpoint(ctx, bus.Checkpoint{
 			RunID: "r-1", Step: step, History: []byte(fmt.Sprintf(`[{"step":%d}]`, step)),
 			Files:    []bus.FileHash{{Path: "a.go", Hash: fmt.Sprint("h", step)}, {Path: "gone.txt", Hash: ""}},
-			Worktree: "/wt", Branch: "work/1", Workspace: "stack-repo",
+			Worktree: "/wt", Branch: "work/1", Workspace: "stack-repo", HarnessAlias: "code-harness",
 		}))
 	}
 	must(t, s.PutCheckpoint(ctx, bus.Checkpoint{RunID: "r-other", Step: 9}))
 	got, err := s.LatestCheckpoint(ctx, "r-1")
 	must(t, err)
-	if got.Step != 3 || string(got.History) != `[{"step":3}]` || got.Worktree != "/wt" || got.Branch != "work/1" || got.Workspace != "stack-repo" {
+	if got.Step != 3 || string(got.History) != `[{"step":3}]` || got.Worktree != "/wt" || got.Branch != "work/1" || got.Workspace != "stack-repo" || got.HarnessAlias != "code-harness" {
 		t.Fatalf("LatestCheckpoint = %+v", got)
 	}
 	if len(got.Files) != 2 || got.Files[0] != (bus.FileHash{Path: "a.go", Hash: "h3"}) || got.Files[1].Hash != "" {
@@ -480,7 +480,7 @@ func testClaims(t *testing.T, s bus.Store, c *Clock) {
 	wantErr(t, s.CompleteTask(ctx, bus.Completion{TaskID: "t-1", Claimant: "w2"}), bus.ErrConflict)
 	wantErr(t, s.CompleteTask(ctx, bus.Completion{TaskID: "t-nope", Claimant: "w2"}), bus.ErrNotFound)
 	c.Advance(time.Minute)
-	comp := bus.Completion{TaskID: "t-1", Claimant: "w1", RunID: "r-9", Outcome: "succeeded", ModelAlias: "local",
+	comp := bus.Completion{TaskID: "t-1", Claimant: "w1", RunID: "r-9", Outcome: "succeeded", ModelAlias: "local", HarnessAlias: "doc-writer",
 		PromptTokens: i64(10), CompletionTokens: nil, TotalTokens: i64(10)}
 	must(t, s.CompleteTask(ctx, comp))
 	cl, err = s.GetClaim(ctx, "t-1")
@@ -488,7 +488,7 @@ func testClaims(t *testing.T, s bus.Store, c *Clock) {
 	if cl.Completion == nil || !cl.CompletedAt.Equal(c.Now()) {
 		t.Fatalf("completed claim = %+v", cl)
 	}
-	if got := *cl.Completion; got.RunID != "r-9" || got.Outcome != "succeeded" || got.ModelAlias != "local" ||
+	if got := *cl.Completion; got.RunID != "r-9" || got.Outcome != "succeeded" || got.ModelAlias != "local" || got.HarnessAlias != "doc-writer" ||
 		got.PromptTokens == nil || *got.PromptTokens != 10 || got.CompletionTokens != nil || *got.TotalTokens != 10 {
 		t.Fatalf("completion = %+v", got)
 	}
