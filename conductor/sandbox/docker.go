@@ -149,6 +149,7 @@ type dockerBackend struct {
 
 	mu    sync.Mutex
 	boxes map[string]*dockerJob
+	warm  *warmer
 }
 
 // dockerJob is one job's container.
@@ -236,6 +237,7 @@ func newDocker(o Options) (*dockerBackend, error) {
 		return nil, err
 	}
 	b.tag = hex.EncodeToString(rnd[:])
+	b.warm = newWarmer(o, id, false)
 	for _, p := range o.ReadOnly {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: docker: read-only path %q is not absolute", ErrUnavailable, p)
@@ -528,6 +530,9 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 			ro = append(ro, mt.Path)
 		}
 	}
+	for _, w := range p.warm {
+		bind(w[0], w[1], false)
+	}
 	bind(p.dir, p.inside, false)
 	writable = append(writable, p.inside)
 	git := filepath.Join(p.inside, ".git")
@@ -799,6 +804,12 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	if err := b.checkSocket(p); err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+	}
+	if spec.WarmGoCache {
+		if l := b.warm.layer(p.scratch, p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
+			defer l.cleanup()
+			p.addWarm(l)
+		}
 	}
 	if b.id.drop {
 		for _, d := range []string{p.dir, p.scratch} {

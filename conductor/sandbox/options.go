@@ -86,6 +86,13 @@ type Options struct {
 	// Docker tunes the docker backend (docker.go): engine, image, and the
 	// memory, CPU and process limits of a job's container.
 	Docker DockerOptions
+
+	// GoCache is the warm Go cache folder (cache.go): commands whose
+	// Spec.WarmGoCache is set start from its current generation, with a
+	// writable layer of their own. "": no warm cache. GoCacheExplicit:
+	// the operator named it (a missing folder is then worth a warning).
+	GoCache         string
+	GoCacheExplicit bool
 }
 
 // Environment variables read by OptionsFromEnv.
@@ -156,6 +163,9 @@ func OptionsFromEnv(getenv func(string) string) (Options, error) {
 	}
 	o.BwrapPath = strings.TrimSpace(getenv(EnvBwrap))
 	var err error
+	if o.GoCache, o.GoCacheExplicit, err = goCacheFromEnv(getenv); err != nil {
+		return o, err
+	}
 	o.Docker, err = dockerOptionsFromEnv(getenv)
 	return o, err
 }

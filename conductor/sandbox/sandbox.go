@@ -64,6 +64,14 @@ type Spec struct {
 	// a parent folder away; the conductor's worktree scan after every
 	// command is the boundary.
 	ReadOnlyDirs []string
+	// WarmGoCache gives the command the warm Go caches (cache.go): GOCACHE
+	// and GOMODCACHE start as the current generation of Options.GoCache,
+	// seen through a writable layer of Scratch's own (kept for the
+	// commands of the same Scratch in this process, never written back),
+	// and GOFLAGS gains -trimpath (cache keys that do not depend on the
+	// tree's folder). Needs Scratch; a cache that cannot be used means a
+	// cold cache and one warning line on Warn, never a failure.
+	WarmGoCache bool
 	// Warn receives this command's warnings (the none backend's "NO
 	// isolation"): a run passes its own stderr, which is kept in the run
 	// folder's stderr.txt. Nil: Options.Warn.
