@@ -51,8 +51,8 @@ const (
 	EnvGoCache = "CONDUCTOR_GO_CACHE"
 
 	// warmDirName is the folder a scratch folder's upper layers live in.
-	warmDirName = ".conductor-warm"
-	genPrefix   = "gen-"
+	warmDirName  = ".conductor-warm"
+	genPrefix    = "gen-"
 	manifestName = "manifest.json"
 )
 
@@ -550,10 +550,10 @@ type WarmOptions struct {
 
 // WarmResult says what a warming did.
 type WarmResult struct {
-	Dir      string        `json:"dir"`      // the new generation
-	Files    int64         `json:"files"`    // in it
+	Dir      string        `json:"dir"`   // the new generation
+	Files    int64         `json:"files"` // in it
 	Bytes    int64         `json:"bytes"`
-	Removed  []string      `json:"removed"`  // older generations removed (none in use)
+	Removed  []string      `json:"removed"` // older generations removed (none in use)
 	Duration time.Duration `json:"duration"`
 	Warnings []string      `json:"warnings,omitempty"` // go commands that failed (the cache is warm for what compiled)
 }
@@ -881,7 +881,9 @@ func ProbeWarm(o Options, backend string) WarmReport {
 }
 
 // String is the size for people.
-func (r WarmReport) size() string { return bytesize(r.Bytes) + " in " + strconv.FormatInt(r.Files, 10) + " files" }
+func (r WarmReport) size() string {
+	return bytesize(r.Bytes) + " in " + strconv.FormatInt(r.Files, 10) + " files"
+}
 
 // cmpWarn is the command's warning writer: its own, else the backend's.
 func cmpWarn(spec, opts io.Writer) io.Writer {

@@ -156,8 +156,8 @@ type plan struct {
 	dir, scratch string
 	inside       string // where dir is bound (dir itself by default)
 	mounts       []Mount
-	gitMask      string   // "file", "dir" or "absent"
-	readOnly     []string // absolute folders inside dir bound read-only
+	gitMask      string      // "file", "dir" or "absent"
+	readOnly     []string    // absolute folders inside dir bound read-only
 	warm         [][2]string // warm cache layers: host folder, where inside (in scratch)
 	env          [][2]string
 	argv         []string
