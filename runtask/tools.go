@@ -672,6 +672,9 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		MemoryLimit:  tb.lim.MemoryLimit,
 		ReadOnlyDirs: tb.readOnly,
 		Warn:         tb.warn,
+		// The run's own layer over the trusted warm Go cache: what its
+		// commands compile stays in the run's scratch folder (issue 23).
+		WarmGoCache: true,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)

@@ -872,17 +872,22 @@ func ProbeWarm(o Options, backend string) WarmReport {
 	r.Current = g.dir
 	r.Files, r.Bytes, _ = countTree(g.gocache(), g.gomodcache())
 	r.Works = true
+	r.Detail = g.dir + ": "
 	if why != "" {
-		r.Detail = why
+		r.Detail += why
 	} else {
-		r.Detail = "an overlayfs upper layer per gate and per run over the current generation"
+		r.Detail += "an overlayfs upper layer per gate and per run over this generation, thrown away after"
 	}
 	return r
 }
 
-// String is the size for people.
-func (r WarmReport) size() string {
-	return bytesize(r.Bytes) + " in " + strconv.FormatInt(r.Files, 10) + " files"
+// State is the report's one word for people, with the mode and size when
+// it works: "works (overlay, 58 MiB in 1023 files)", "unavailable".
+func (r WarmReport) State() string {
+	if !r.Works {
+		return "unavailable"
+	}
+	return "works (" + r.Mode + ", " + bytesize(r.Bytes) + " in " + strconv.FormatInt(r.Files, 10) + " files)"
 }
 
 // cmpWarn is the command's warning writer: its own, else the backend's.
