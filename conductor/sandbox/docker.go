@@ -546,6 +546,15 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 		// tmpfs: runc gives a tmpfs the mode of the folder it covers).
 		bind(filepath.Join(b.state, "git-mask-dir"), git, true)
 	}
+	// The submodule folders: read-only, exactly as bwrap binds them
+	// (nothing can be planted there for host git to enter).
+	for _, d := range p.readOnly {
+		in := d
+		if rel, err := filepath.Rel(p.dir, d); err == nil {
+			in = filepath.Join(p.inside, rel)
+		}
+		bind(d, in, true)
+	}
 	fresh := p.homeLikeDirs()
 	for i, v := range fresh {
 		if i > 0 && fresh[i-1] == v {
