@@ -179,7 +179,7 @@ func (b *bench) gateRepo(dir, name string, o sandbox.Options, warm sandbox.Sandb
 			return 0, err
 		}
 		defer remove()
-		root := filepath.Dir(tree)
+		root := filepath.Join(filepath.Dir(tree), "sandbox") // beside the tree, as review does
 		ctx, cancel := context.WithTimeout(b.ctx, 30*time.Minute)
 		defer cancel()
 		res, err := sandbox.RunGate(ctx, sb, tree, root, []string{"go", "test", "./..."}, sandbox.GateEnv(os.Getenv, root), 30*time.Minute, 1<<20)
@@ -248,7 +248,7 @@ func gateWith(b *bench, sb sandbox.Sandbox, g patch.Git, dir, commit, modcache s
 		return 0, err
 	}
 	defer remove()
-	root := filepath.Dir(tree)
+	root := filepath.Join(filepath.Dir(tree), "sandbox") // beside the tree, as review does
 	getenv := func(k string) string {
 		if k == "GOMODCACHE" {
 			return modcache
