@@ -6,7 +6,9 @@
 // run). Review checks and landing gates run through it too (RunGate).
 //
 // sandbox never adds a variable to a command's environment that the caller
-// did not pass, never runs a command through a shell, never falls back to
+// did not pass (but GOCACHE, GOMODCACHE and GOFLAGS when the caller asks
+// for the warm Go caches, Spec.WarmGoCache), never runs a command through a
+// shell, never binds the warm cache's lower layer into a sandbox, never falls back to
 // none by itself, never runs a command as root, and never binds the Docker
 // engine's socket into a container. The threat model and every mechanism
 // are in docs/security.md.
