@@ -958,7 +958,11 @@ func mustSay(o *outcome, parts ...string) []string {
 	var out []string
 	for _, p := range parts {
 		if !strings.Contains(all, p) {
-			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted)", p))
+			head := all
+			if len(head) > 400 {
+				head = head[:400]
+			}
+			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted; run %s %q; results: %s)", p, o.res.Status, o.res.Error, head))
 		}
 	}
 	return out
