@@ -98,6 +98,7 @@ type SandboxLimits struct {
 	DockerMem   int64    // bytes of a job container
 	DockerCPUs  float64  // CPUs of a job container
 	DockerPids  int64    // process limit of a job container
+	GoCache     string   // the warm Go cache folder: "" the default (under the user's cache folder), "off", or an absolute folder
 }
 
 // Defaults of the knobs whose zero value is a meaningful setting.

@@ -35,6 +35,7 @@ const (
 	EnvSandboxCgroup   = "CONDUCTOR_SANDBOX_CGROUP"
 	EnvSandboxReadOnly = "CONDUCTOR_SANDBOX_RO_PATHS"
 	EnvBwrap           = "CONDUCTOR_BWRAP"
+	EnvGoCache         = "CONDUCTOR_GO_CACHE"
 	EnvDockerCLI       = "CONDUCTOR_DOCKER"
 	EnvDockerHost      = "DOCKER_HOST"
 	EnvDockerImage     = "CONDUCTOR_DOCKER_IMAGE"
@@ -299,6 +300,19 @@ var knobs = []knob{
 			return nil
 		},
 		show: func(c Config) string { return strings.Join(c.SandboxLimits.ReadOnly, string(filepath.ListSeparator)) }},
+	{name: "goCache", env: EnvGoCache, field: "sandbox.goCache", want: "the absolute path of a folder, or off",
+		set: func(c *Config, v string) error {
+			if v != "off" && !filepath.IsAbs(v) {
+				return fmt.Errorf("%q is neither off nor an absolute path", v)
+			}
+			if v != "off" {
+				v = filepath.Clean(v)
+			}
+			c.SandboxLimits.GoCache = v
+			return nil
+		},
+		def:  func(c *Config) string { return "the user's cache folder/conductor/go-warm" },
+		show: func(c Config) string { return c.SandboxLimits.GoCache }},
 	{name: "bwrap", env: EnvBwrap, field: "sandbox.bwrap", want: "the path of the bwrap executable",
 		set:  func(c *Config, v string) error { c.SandboxLimits.Bwrap = v; return nil },
 		def:  func(c *Config) string { return "bwrap in PATH" },

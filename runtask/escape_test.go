@@ -672,11 +672,34 @@ func escapeSuite(t *testing.T, backend string) {
 				// at the sandbox's process limit (docker's pids limit names
 				// it), or (when another sandbox of the same uid holds the
 				// limit) unable to start at all.
-				if all := strings.Join(o.results, "\n"); !strings.Contains(all, "timed out") && !strings.Contains(all, "errno=11") &&
-					!strings.Contains(all, "at the sandbox's process limit") {
-					return []string{"the fork bomb neither timed out nor hit the process limit (the attempt did not run as scripted)"}
+				all := strings.Join(o.results, "\n")
+				if strings.Contains(all, "at the sandbox's process limit") || strings.HasPrefix(o.res.Error, "limit: ") {
+					// Stopped by a limit (docker's pids limit; with bwrap
+					// the Go runtime may fail for want of memory when it
+					// cannot make threads): the run ends there, recorded
+					// failed: limit (issue 19).
+					return limitRecorded(o, "limit")
+				}
+				if !strings.Contains(all, "timed out") && !strings.Contains(all, "errno=11") {
+					if len(all) > 600 {
+						all = all[:600]
+					}
+					return []string{fmt.Sprintf("the fork bomb neither timed out nor hit the process limit (the attempt did not run as scripted): run %s %q; results: %s", o.res.Status, o.res.Error, all)}
 				}
 				return mustSay(o, "uid=")
+			}},
+		{name: "memory bomb", calls: []call{run(tool, "alloc", "3000000000"), run(tool, "id")},
+			also: func(t *testing.T, o *outcome) []string {
+				all := strings.Join(o.results, "\n")
+				if strings.Contains(all, "allocated 3000000000 bytes") {
+					return []string{"the memory bomb got 3 GB past the sandbox's 1 GiB memory limit"}
+				}
+				if strings.HasPrefix(all, "command timed out") || strings.Contains(all, "\ncommand timed out") {
+					// Touching 1 GiB outlived the 3 s command timeout
+					// on a loaded machine: contained by the timeout.
+					return mustSay(o, "uid=")
+				}
+				return limitRecorded(o, "memory limit")
 			}},
 		{name: "endless output", calls: []call{run(tool, "spew"), run(tool, "id")},
 			also: func(t *testing.T, o *outcome) []string { return mustSay(o, "truncated", "uid=") }},
@@ -918,14 +941,25 @@ func contains(o *outcome, s, what string) []string {
 
 // mustSay checks the attempt really happened and ended as it should (the
 // probe is not broken).
+// limitRecorded checks that a run a sandbox limit stopped is recorded
+// failed, "limit: ...", naming the limit, and ran nothing after it.
+func limitRecorded(o *outcome, what string) []string {
+	if o.res.Status != runrec.StatusFailed || !strings.HasPrefix(o.res.Error, "limit: ") || !strings.Contains(o.res.Error, what) {
+		return []string{fmt.Sprintf("stopped at the %s, the run was recorded %s: %q, not failed: limit", what, o.res.Status, o.res.Error)}
+	}
+	if strings.Contains(strings.Join(o.results, "\n"), "uid=") {
+		return []string{"the run went on after the command the " + what + " stopped"}
+	}
+	return nil
+}
+
 func mustSay(o *outcome, parts ...string) []string {
 	all := strings.Join(o.results, "\n")
 	var out []string
 	for _, p := range parts {
 		if !strings.Contains(all, p) {
-			// The results themselves, so that a failure under load says
-			// what did happen instead.
-			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted); the results were:\n%s", p, excerpt(all, 2000)))
+			// What did happen instead: a failure under load is diagnosable.
+			out = append(out, fmt.Sprintf("no tool result says %q (the attempt did not run as scripted; run %s %q; results:\n%s)", p, o.res.Status, o.res.Error, excerpt(all, 2000)))
 		}
 	}
 	return out

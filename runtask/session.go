@@ -583,6 +583,9 @@ func (r *runner) openConversation(ctx context.Context, mode runMode) (drift stri
 		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
 		r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
 	case mode == modeContinue:
+		// A reply the transcript holds but the state does not yet (group
+		// commit): adopted first, so the drift check knows its calls.
+		r.adoptRecordedReply()
 		r.transcript(transcriptLine{Type: lineResume, Step: st.Step, Text: "continuing after step " + fmt.Sprint(st.Step)})
 		r.ev.emit(Event{Event: "resume", Time: r.now(), RunID: st.RunID, Step: st.Step, Text: "continuing"})
 		if drifted := r.checkDrift(); len(drifted) > 0 {
@@ -682,6 +685,13 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 }
 
 func (r *runner) save() error {
+	// The transcript lines the state stands on are durable before it is:
+	// after a crash the state never refers to a line the transcript lost.
+	if r.log != nil {
+		if err := r.log.Sync(); err != nil {
+			return fmt.Errorf("transcript: %w", err)
+		}
+	}
 	r.state.Files = r.touched.list()
 	if err := os.MkdirAll(r.sessDir, 0o755); err != nil {
 		return err
@@ -693,7 +703,7 @@ func (r *runner) transcript(l transcriptLine) {
 	if l.Time.IsZero() {
 		l.Time = r.now().UTC()
 	}
-	if err := r.log.Append(l); err != nil {
+	if err := r.log.Write(l); err != nil { // fsynced by save (group commit)
 		r.warnf("transcript: %v", err)
 	}
 }
@@ -775,6 +785,9 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	}
 	if r.log != nil {
 		r.transcript(transcriptLine{Type: lineStop, Step: st.Step, Status: res.Status, Text: res.Error})
+		if err := r.log.Sync(); err != nil {
+			r.warnf("transcript: %v", err)
+		}
 	}
 	st.Status = res.Status
 	r.result = res
@@ -851,7 +864,10 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		return runrec.StatusTimeout, fmt.Sprintf("wall-clock limit of %s reached", r.lim.Timeout), true
 	}
 	// An interrupted turn's calls are executed first; results the
-	// transcript recorded before the crash are adopted, not re-run.
+	// transcript recorded before the crash are adopted, not re-run. A
+	// reply the transcript holds but the state does not yet (the state is
+	// written with the turn's results) is adopted first.
+	r.adoptRecordedReply()
 	r.recorded = r.loadRecordedResults()
 	err := r.runPendingCalls(lctx)
 	r.recorded = nil // later turns run their calls
@@ -896,7 +912,15 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		st.Messages = append(st.Messages, msg)
 		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
-		if err := r.save(); err != nil {
+		// Group commit: a reply that calls tools is made durable in the
+		// transcript alone (one fsync; adoptRecordedReply rebuilds it
+		// into the state on resume), and the state is written once, with
+		// its results. A final reply is saved with the state at once.
+		save := r.save
+		if len(msg.ToolCalls) > 0 {
+			save = r.log.Sync
+		}
+		if err := save(); err != nil {
 			r.outside = true // the disk
 			return runrec.StatusFailed, "session state: " + err.Error()
 		}
@@ -1016,8 +1040,29 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 			status = "error"
 		}
 		r.ev.emit(Event{Event: "tool", Time: r.now(), RunID: st.RunID, Step: st.Step, Tool: name, Text: status})
+		if res.Limit != "" {
+			// A command stopped by a sandbox limit ends the run: recorded
+			// failed, "limit: ..." (result.json and the run row), on every
+			// backend alike.
+			return fmt.Errorf("limit: %s stopped at the sandbox's %s", commandText(args), res.Limit)
+		}
 	}
 	return nil
+}
+
+// commandText is a run_command call's argv for the run's error line.
+func commandText(args string) string {
+	var a struct {
+		Argv []string `json:"argv"`
+	}
+	if json.Unmarshal([]byte(args), &a) != nil || len(a.Argv) == 0 {
+		return "a command"
+	}
+	s := strings.Join(a.Argv, " ")
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return "`" + s + "`"
 }
 
 // elidedMark starts a tool result replaced to fit the context window.
@@ -1087,6 +1132,43 @@ func estimateTokens(msgs []openai.ChatCompletionMessage) int {
 		}
 	}
 	return n
+}
+
+// adoptRecordedReply adds to the state the model reply of the next step
+// when the transcript holds it and the state does not: the loop makes a
+// reply that calls tools durable in the transcript and writes the state
+// only with the turn's results, so a run killed in between resumes with
+// that reply (and its calls pending), never asking the model again.
+func (r *runner) adoptRecordedReply() {
+	st := r.state
+	if len(r.pendingCalls()) > 0 {
+		return // the state already holds the turn
+	}
+	f, err := os.Open(r.runDir.Path(runrec.TranscriptFile))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var found *transcriptLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	for sc.Scan() {
+		var l transcriptLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue // a torn last line
+		}
+		if l.Type == lineModel && l.Step == st.Step+1 && l.Message != nil && len(l.Message.ToolCalls) > 0 {
+			found = &l // the last one: a run killed twice asked twice
+		}
+	}
+	if found == nil {
+		return
+	}
+	msg := *found.Message
+	msg.Role = openai.ChatMessageRoleAssistant
+	st.Step++
+	r.countTokens(ModelReply{Message: msg, Usage: found.Usage})
+	st.Messages = append(st.Messages, msg)
 }
 
 // loadRecordedResults reads the tool results the transcript holds for the

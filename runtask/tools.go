@@ -62,6 +62,10 @@ type toolResult struct {
 	IsError bool
 	Full    []byte // the complete output when Content had to be capped
 	Touched []string
+	// Limit names the sandbox limit that stopped a command ("process
+	// limit", "memory limit"): the run ends failed, "limit: ..." (a fork
+	// or memory bomb is contained, not retried).
+	Limit string
 }
 
 func errResult(format string, args ...any) toolResult {
@@ -674,6 +678,9 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		MemoryLimit:  tb.lim.MemoryLimit,
 		ReadOnlyDirs: tb.readOnly,
 		Warn:         tb.warn,
+		// The run's own layer over the trusted warm Go cache: what its
+		// commands compile stays in the run's scratch folder (issue 23).
+		WarmGoCache: true,
 	})
 	if err != nil {
 		return errResult("run_command %s: %v", strings.Join(a.Argv, " "), err)
@@ -701,7 +708,14 @@ func (tb *toolbox) runCommand(ctx context.Context, args string) toolResult {
 		head += "[output truncated by the sandbox]\n"
 	}
 	full := append([]byte(head), res.Output...)
-	return toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut || res.MemoryExceeded}
+	out := toolResult{Content: string(full), IsError: res.ExitCode != 0 || res.TimedOut || res.MemoryExceeded}
+	switch {
+	case res.Outcome == sandbox.OutcomePidsExceeded:
+		out.Limit = "process limit"
+	case res.MemoryExceeded || res.Outcome == sandbox.OutcomeMemoryExceeded:
+		out.Limit = "memory limit (" + memoryText(tb.lim.MemoryLimit) + ")"
+	}
+	return out
 }
 
 // memoryText names a command's memory limit for the model.

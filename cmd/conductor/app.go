@@ -242,6 +242,7 @@ func newApp(d *deps) *cli.App {
 			newVersionCmd(d),
 			newEventsCmd(d),
 			newSandboxCmd(d),
+			newCacheCmd(d),
 			newCompletionCmd(d),
 			newManCmd(d),
 		},

@@ -28,6 +28,9 @@ type doctorOptions struct {
 	// Forge is the forge check, when a forge is configured (GITEA_URL,
 	// --gitea-url or the config file): a failing check fails doctor.
 	Forge *forge.Report
+	// Warm says whether gates start from a warm Go cache here, and why
+	// not (reported; a cold cache is slower, never unsafe).
+	Warm *sandbox.WarmReport
 }
 
 func newDoctorCmd(d *deps) *cli.Command {
@@ -91,6 +94,12 @@ A malformed value stops every command with exit status 2 naming it.`,
 				sandbox.Folder{Name: "worktree base", Path: cfg.WorktreeBase},
 				sandbox.Folder{Name: "scratch folder", Path: filepath.Join(cfg.DataRoot, "scratch")})
 			opts.Runtimes = runtimeReports(cfg)
+			warmFor := opts.Backend
+			if warmFor == sandbox.BackendAuto {
+				warmFor = rep.Default
+			}
+			warm := sandbox.ProbeWarm(sbOpts, warmFor)
+			opts.Warm = &warm
 			fs, err := d.forgeSettings(c)
 			if err != nil {
 				opts.Forge = &forge.Report{Configured: true, Checks: []forge.Check{{Name: "settings", Detail: err.Error()}}}
@@ -133,10 +142,11 @@ func printConfig(w io.Writer, cfg conductor.Config, asJSON bool) error {
 // doctorJSON is the --json document.
 type doctorJSON struct {
 	sandbox.Report
-	Selected string          `json:"selected"` // the backend asked about (--sandbox)
-	Works    bool            `json:"works"`    // whether it works: the exit status
-	Runtimes []runtimeReport `json:"runtimes"`
-	Forge    *forge.Report   `json:"forge,omitempty"`
+	Selected string              `json:"selected"` // the backend asked about (--sandbox)
+	Works    bool                `json:"works"`    // whether it works: the exit status
+	Runtimes []runtimeReport     `json:"runtimes"`
+	Forge    *forge.Report       `json:"forge,omitempty"`
+	Warm     *sandbox.WarmReport `json:"warmGoCache,omitempty"`
 }
 
 // runtimeReport says whether one worker runtime can run here.
@@ -162,7 +172,7 @@ func runtimeReports(cfg conductor.Config) []runtimeReport {
 func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 	sel, _ := rep.Backend(opts.Backend)
 	if opts.JSON {
-		if err := writeJSON(w, doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge}); err != nil {
+		if err := writeJSON(w, doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge, Warm: opts.Warm}); err != nil {
 			return err
 		}
 	} else {
@@ -195,6 +205,9 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, state, r.Detail)
 			}
+		}
+		if wr := opts.Warm; wr != nil {
+			fmt.Fprintf(tw, "warm Go cache\t%s\t%s\n", wr.State(), wr.Detail)
 		}
 		if f := opts.Forge; f != nil {
 			fmt.Fprintf(tw, "forge\t%s\t%s\n", map[bool]string{true: "works", false: "FAILS"}[f.Works], redactedURL(f.URL))

@@ -190,6 +190,13 @@ var examples = map[string][]string{
 		"conductor sandbox image build                 # the scratch image, before the first docker job",
 		"CONDUCTOR_DOCKER_IMAGE=my/toolchain:1 conductor sandbox image build   # check an operator image",
 	},
+	"cache": {
+		"conductor cache warm .                        # the repository's HEAD: gates start warm",
+	},
+	"cache warm": {
+		"conductor cache warm ~/src/app --ref main     # the landing target's tip (land refreshes it after each landing)",
+		"CONDUCTOR_GO_CACHE=/srv/conductor/go-warm conductor cache warm . --json",
+	},
 	"completion": {
 		"source <(conductor completion bash)",
 		"conductor completion zsh > \"${fpath[1]}/_conductor\"",

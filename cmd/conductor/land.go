@@ -121,6 +121,7 @@ func landAction(c *cli.Context, d *deps) (err error) {
 	}
 	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
 		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
+		refreshWarmCache(c, d, repo, out.Commit) // the target moved: the next gates start from its tip
 	}
 	if err == nil && c.Bool("record") && !c.Bool("dry-run") && (out.Status == land.StatusLanded || out.Status == land.StatusAlreadyLanded) {
 		defer func() {

@@ -231,3 +231,11 @@ func lastLines(s string, n int) string {
 }
 
 func sortStrings(s []string) []string { sort.Strings(s); return s }
+
+// ExportTree writes the tree of commit, from the repository's object store
+// as it is (no checkout filter, hook or .git), into a new folder under
+// scratchDir, as the gate sees it: the trusted tree `conductor cache warm`
+// compiles. It returns the tree's folder and a func that removes it.
+func ExportTree(ctx context.Context, g patch.Git, commit, scratchDir string) (string, func(), error) {
+	return exportTree(ctx, g, commit, scratchDir)
+}

@@ -31,6 +31,7 @@ type bwrapBackend struct {
 	prlimit string
 	version string
 	layout  hostLayout
+	warm    *warmer
 }
 
 func newBwrap(o Options) (*bwrapBackend, error) {
@@ -69,6 +70,7 @@ func newBwrap(o Options) (*bwrapBackend, error) {
 		}
 	}
 	b.layout = detectLayout(b.version)
+	b.warm = newWarmer(o, id, true)
 	return b, nil
 }
 
@@ -100,6 +102,12 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	p, err := makePlan(spec)
 	if err != nil {
 		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
+	}
+	if spec.WarmGoCache {
+		if l := b.warm.layer(p.scratch, p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
+			defer l.cleanup()
+			p.addWarm(l)
+		}
 	}
 	if b.id.drop {
 		type dir struct {

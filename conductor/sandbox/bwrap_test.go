@@ -824,8 +824,13 @@ func TestBwrapDirInsideAndMounts(t *testing.T) {
 // TestBwrapReadOnlyDirs: the base tree's submodule folders are read-only
 // inside the sandbox, so a command cannot plant a repository there
 // directly; what is not a plain folder below the worktree is skipped.
-func TestBwrapReadOnlyDirs(t *testing.T) {
-	sb := bwrapBox(t, nil)
+func TestBwrapReadOnlyDirs(t *testing.T) { testReadOnlyDirs(t, bwrapBox(t, nil)) }
+
+// TestDockerReadOnlyDirs: the same in the docker backend (issue 19: it
+// ignored Spec.ReadOnlyDirs).
+func TestDockerReadOnlyDirs(t *testing.T) { testReadOnlyDirs(t, dockerBox(t, nil)) }
+
+func testReadOnlyDirs(t *testing.T, sb Sandbox) {
 	_, et := escapeTool(t)
 	wt := worktree(t)
 	for _, d := range []string{"vendor/lib", "other"} {
@@ -849,6 +854,13 @@ func TestBwrapReadOnlyDirs(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(wt, "vendor", "lib", ".git")); err == nil {
 		t.Fatal("vendor/lib/.git exists on the host")
+	}
+	res, err = sb.Run(context.Background(), spec(et, "write", "vendor/lib/planted", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode == 0 || exists(filepath.Join(wt, "vendor", "lib", "planted")) {
+		t.Fatalf("a file was written into a read-only submodule folder (exit %d): %s", res.ExitCode, res.Output)
 	}
 	// Everything else stays writable.
 	res, err = sb.Run(context.Background(), spec(et, "mkdir", "other/new"))

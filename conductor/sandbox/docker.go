@@ -126,6 +126,7 @@ type dockerBackend struct {
 
 	mu    sync.Mutex
 	boxes map[string]*dockerJob
+	warm  *warmer
 }
 
 // dockerJob is one job's container.
@@ -213,6 +214,7 @@ func newDocker(o Options) (*dockerBackend, error) {
 		return nil, err
 	}
 	b.tag = hex.EncodeToString(rnd[:])
+	b.warm = newWarmer(o, id, false)
 	for _, p := range o.ReadOnly {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: docker: read-only path %q is not absolute", ErrUnavailable, p)
@@ -505,6 +507,9 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 			ro = append(ro, mt.Path)
 		}
 	}
+	for _, w := range p.warm {
+		bind(w[0], w[1], false)
+	}
 	bind(p.dir, p.inside, false)
 	writable = append(writable, p.inside)
 	git := filepath.Join(p.inside, ".git")
@@ -517,6 +522,15 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 		// An empty folder no one but root may enter, read-only (not a
 		// tmpfs: runc gives a tmpfs the mode of the folder it covers).
 		bind(filepath.Join(b.state, "git-mask-dir"), git, true)
+	}
+	// The submodule folders: read-only, exactly as bwrap binds them
+	// (nothing can be planted there for host git to enter).
+	for _, d := range p.readOnly {
+		in := d
+		if rel, err := filepath.Rel(p.dir, d); err == nil {
+			in = filepath.Join(p.inside, rel)
+		}
+		bind(d, in, true)
 	}
 	fresh := p.homeLikeDirs()
 	for i, v := range fresh {
@@ -776,6 +790,12 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 	}
 	if err := b.checkSocket(p); err != nil {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
+	}
+	if spec.WarmGoCache {
+		if l := b.warm.layer(p.scratch, p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
+			defer l.cleanup()
+			p.addWarm(l)
+		}
 	}
 	if b.id.drop {
 		for _, d := range []string{p.dir, p.scratch} {

@@ -57,7 +57,8 @@ func GateEnv(getenv func(string) string, root string, extra ...string) []string 
 // checked-out tree) is the working directory and writable; root, outside
 // dir, is the scratch folder holding home/ and tmp/ (made here, as GateEnv
 // names them). Both are handed to the sandbox uid first. The command sees no
-// network, no credential and no .git.
+// network, no credential and no .git. Its Go caches start warm
+// (Spec.WarmGoCache) when a warm cache exists.
 func RunGate(ctx context.Context, sb Sandbox, dir, root string, argv, env []string, timeout time.Duration, outputLimit int64) (Result, error) {
 	for _, d := range []string{filepath.Join(root, "home"), filepath.Join(root, "tmp")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -72,7 +73,10 @@ func RunGate(ctx context.Context, sb Sandbox, dir, root string, argv, env []stri
 			return Result{}, fmt.Errorf("gate: %w", err)
 		}
 	}
-	return sb.Run(ctx, Spec{Dir: dir, Scratch: root, Argv: argv, Env: env, Timeout: timeout, OutputLimit: outputLimit})
+	// The warm Go caches (cache.go): a layer of this scratch folder's own
+	// over the trusted generation, so the gate's commands share what they
+	// compile and nothing reaches a later gate.
+	return sb.Run(ctx, Spec{Dir: dir, Scratch: root, Argv: argv, Env: env, Timeout: timeout, OutputLimit: outputLimit, WarmGoCache: true})
 }
 
 // prepareFor hands dir to sb's uid with sb's own options (the default

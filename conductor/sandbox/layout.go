@@ -156,8 +156,9 @@ type plan struct {
 	dir, scratch string
 	inside       string // where dir is bound (dir itself by default)
 	mounts       []Mount
-	gitMask      string   // "file", "dir" or "absent"
-	readOnly     []string // absolute folders inside dir bound read-only
+	gitMask      string      // "file", "dir" or "absent"
+	readOnly     []string    // absolute folders inside dir bound read-only
+	warm         [][2]string // warm cache layers: host folder, where inside (in scratch)
 	env          [][2]string
 	argv         []string
 }
@@ -342,6 +343,9 @@ func bwrapArgs(p plan, l hostLayout, o Options, infoFD, seccompFD int) []string 
 			ro = append(ro, m.Path)
 		}
 	}
+	for _, w := range p.warm {
+		a = append(a, "--bind", w[0], w[1])
+	}
 	a = append(a, "--bind", p.dir, p.inside)
 	writable = append(writable, p.inside)
 
@@ -409,6 +413,23 @@ func (p plan) homeLikeDirs() []string {
 	}
 	sort.Strings(dirs)
 	return dirs
+}
+
+// addWarm applies a warm cache layer to the plan: its binds, and its
+// variables over the spec's.
+func (p *plan) addWarm(l *warmLayer) {
+	p.warm = append(p.warm, l.binds...)
+	for _, kv := range l.env {
+		found := false
+		for i := range p.env {
+			if p.env[i][0] == kv[0] {
+				p.env[i][1], found = kv[1], true
+			}
+		}
+		if !found {
+			p.env = append(p.env, kv)
+		}
+	}
 }
 
 func (p plan) hasEnv(name string) bool {

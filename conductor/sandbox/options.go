@@ -86,6 +86,13 @@ type Options struct {
 	// Docker tunes the docker backend (docker.go): engine, image, and the
 	// memory, CPU and process limits of a job's container.
 	Docker DockerOptions
+
+	// GoCache is the warm Go cache folder (cache.go): commands whose
+	// Spec.WarmGoCache is set start from its current generation, with a
+	// writable layer of their own. "": no warm cache. GoCacheExplicit:
+	// the operator named it (a missing folder is then worth a warning).
+	GoCache         string
+	GoCacheExplicit bool
 }
 
 // Environment variables of the sandbox's knobs. They are read, checked
@@ -107,6 +114,7 @@ func OptionsFrom(l conductor.SandboxLimits) Options {
 	return Options{
 		UID: l.UID, GID: l.GID, MaxProcs: l.MaxProcs, MaxMemory: l.MaxMemory, Cgroup: l.Cgroup,
 		ReadOnly: l.ReadOnly, BwrapPath: l.Bwrap,
+		GoCache: goCacheDir(l.GoCache), GoCacheExplicit: l.GoCache != "",
 		Docker: DockerOptions{CLI: l.DockerCLI, Host: l.DockerHost, Image: l.DockerImage,
 			MemoryBytes: l.DockerMem, CPUs: l.DockerCPUs, PidsLimit: l.DockerPids},
 	}

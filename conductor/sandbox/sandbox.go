@@ -6,7 +6,9 @@
 // run). Review checks and landing gates run through it too (RunGate).
 //
 // sandbox never adds a variable to a command's environment that the caller
-// did not pass, never runs a command through a shell, never falls back to
+// did not pass (but GOCACHE, GOMODCACHE and GOFLAGS when the caller asks
+// for the warm Go caches, Spec.WarmGoCache), never runs a command through a
+// shell, never binds the warm cache's lower layer into a sandbox, never falls back to
 // none by itself, never runs a command as root, and never binds the Docker
 // engine's socket into a container. The threat model and every mechanism
 // are in docs/security.md.
@@ -64,6 +66,14 @@ type Spec struct {
 	// a parent folder away; the conductor's worktree scan after every
 	// command is the boundary.
 	ReadOnlyDirs []string
+	// WarmGoCache gives the command the warm Go caches (cache.go): GOCACHE
+	// and GOMODCACHE start as the current generation of Options.GoCache,
+	// seen through a writable layer of Scratch's own (kept for the
+	// commands of the same Scratch in this process, never written back),
+	// and GOFLAGS gains -trimpath (cache keys that do not depend on the
+	// tree's folder). Needs Scratch; a cache that cannot be used means a
+	// cold cache and one warning line on Warn, never a failure.
+	WarmGoCache bool
 	// Warn receives this command's warnings (the none backend's "NO
 	// isolation"): a run passes its own stderr, which is kept in the run
 	// folder's stderr.txt. Nil: Options.Warn.

@@ -56,7 +56,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	bin := fs.String("bin", "", "the conductor binary to time (default: build one into the scratch folder)")
 	shortMode := fs.Bool("short", os.Getenv("CONDUCTOR_BENCH_SHORT") != "", "small sizes, 1–2 runs per row (also CONDUCTOR_BENCH_SHORT=1)")
-	only := fs.String("only", os.Getenv("CONDUCTOR_BENCH_ONLY"), "comma-separated rows to run: prep,extract,patchid,land,overhead,pi,memory,sandbox,queue (default all)")
+	only := fs.String("only", os.Getenv("CONDUCTOR_BENCH_ONLY"), "comma-separated rows to run: prep,extract,patchid,land,overhead,pi,memory,sandbox,gate,queue (default all)")
 	keep := fs.Bool("keep", false, "keep the scratch folder")
 	runs := fs.Int("runs", 0, "runs per row (default 5, short 2)")
 	if err := fs.Parse(args); err != nil {
@@ -91,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer os.RemoveAll(tmp)
 	}
 	b := &bench{tmp: tmp, sz: sz, log: stderr, ctx: context.Background()}
+	if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
+		b.realModCache = strings.TrimSpace(string(out))
+	}
 	if err := b.isolate(); err != nil {
 		return err
 	}
@@ -134,6 +137,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		{"pi", b.rowPi},
 		{"memory", b.rowMemory},
 		{"sandbox", b.rowSandbox},
+		{"gate", b.rowGate},
 		{"queue", b.rowQueue},
 	}
 	var failed []string

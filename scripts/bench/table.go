@@ -30,6 +30,8 @@ type bench struct {
 	files, folders int
 	base           string // C0: the generated tree
 	near           string // C0 + a few edited files: a nearby commit for pool resets
+
+	realModCache string // the host's module cache, before isolate (the gate row's dependencies)
 }
 
 // row is one line of the table. Either ours/floor pairs (ratio = ours/floor

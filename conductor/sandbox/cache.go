@@ -1,0 +1,899 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor"
+)
+
+// Warm Go caches (issue 23).
+//
+// A gate (a review check, a landing gate) and a worker's own commands run
+// `go test` on worker-written code, so a Go build cache or module cache they
+// can write must never be read by a later gate or by the host. Yet starting
+// every gate from an empty cache recompiles the standard library and every
+// dependency. The warm cache gives them both:
+//
+//   - a read-only lower layer, warmed only by trusted code: WarmGo compiles
+//     (never runs) the landed target's tip with the conductor's own
+//     toolchain and fills the module cache from the host's module cache
+//     (checked against the tree's go.sum). Every warming makes a new
+//     generation (root/gen-N, a hard-linked clone of the previous one, then
+//     warmed) and switches root/current to it atomically; a generation in
+//     use is never changed or removed.
+//   - a writable upper layer per scratch folder (one gate, or one run),
+//     thrown away with it: an overlayfs mount (the conductor is root and
+//     the kernel has overlayfs; the bwrap backend) or a plain copy of the
+//     lower (otherwise, and always for docker, whose container would not
+//     see a mount made after it started).
+//
+// Nothing the command writes reaches the lower layer: the lower is never
+// bound into a sandbox (only the merged view is), an overlay writes to its
+// upper layer, a copy is a copy. Anything wrong with the cache (missing,
+// unreadable, a generation that does not match its manifest, a copy that
+// does not fit) makes the command run with a cold cache, after one warning
+// line; it never fails the command.
+const (
+	// EnvGoCache names the warm cache folder (conductor.EnvGoCache); "off" turns warm caches
+	// off. Unset: DefaultGoCacheDir.
+	EnvGoCache = conductor.EnvGoCache
+
+	// warmDirName is the folder a scratch folder's upper layers live in.
+	warmDirName  = ".conductor-warm"
+	genPrefix    = "gen-"
+	manifestName = "manifest.json"
+)
+
+// DefaultGoCacheDir is where the warm Go cache lives when EnvGoCache is
+// unset: $XDG_CACHE_HOME/conductor/go-warm, else
+// $HOME/.cache/conductor/go-warm; "" when neither is set.
+func DefaultGoCacheDir(getenv func(string) string) string {
+	if v := getenv("XDG_CACHE_HOME"); filepath.IsAbs(v) {
+		return filepath.Join(v, "conductor", "go-warm")
+	}
+	if v := getenv("HOME"); filepath.IsAbs(v) {
+		return filepath.Join(v, ".cache", "conductor", "go-warm")
+	}
+	return ""
+}
+
+// goCacheDir is the warm cache folder of the operator's setting (
+// conductor.SandboxLimits.GoCache): "off" is none, "" the default folder.
+// A folder the operator named is worth a warning when it is missing; the
+// default folder before the first `conductor cache warm` is not.
+func goCacheDir(v string) string {
+	switch v {
+	case "off":
+		return ""
+	case "":
+		return DefaultGoCacheDir(os.Getenv)
+	}
+	return v
+}
+
+// manifest is a generation's record: written last, so a generation without
+// one is unfinished. Files and Bytes are checked against the folder before
+// each use (a truncated or half-removed cache is not used).
+type manifest struct {
+	Created   time.Time `json:"created"`
+	UID       int       `json:"uid"`
+	GID       int       `json:"gid"`
+	GoVersion string    `json:"goVersion"`
+	Trees     []string  `json:"trees"` // what was warmed into it, latest last
+	Files     int64     `json:"files"`
+	Bytes     int64     `json:"bytes"`
+}
+
+// warmGen is an open, verified generation, locked (shared) against removal
+// until release.
+type warmGen struct {
+	dir  string
+	lock *os.File
+}
+
+func (g *warmGen) gocache() string    { return filepath.Join(g.dir, "gocache") }
+func (g *warmGen) gomodcache() string { return filepath.Join(g.dir, "gomodcache") }
+func (g *warmGen) release() {
+	if g != nil && g.lock != nil {
+		g.lock.Close() // drops the flock
+	}
+}
+
+// openGen opens the current generation of the warm cache in root for the
+// sandbox identity id.
+func openGen(root string, id identity) (*warmGen, error) {
+	target, err := os.Readlink(filepath.Join(root, "current"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s holds no warm cache (run `conductor cache warm REPO`): %w", root, fs.ErrNotExist)
+		}
+		return nil, err
+	}
+	if strings.ContainsRune(target, '/') || !strings.HasPrefix(target, genPrefix) {
+		return nil, fmt.Errorf("%s/current points at %q, not a generation: corrupted", root, target)
+	}
+	dir := filepath.Join(root, target)
+	f, err := os.Open(filepath.Join(dir, manifestName))
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		f.Close()
+		return nil, err
+	}
+	g := &warmGen{dir: dir, lock: f}
+	var m manifest
+	if err := json.NewDecoder(f).Decode(&m); err != nil {
+		g.release()
+		return nil, fmt.Errorf("%s: %v: corrupted", filepath.Join(dir, manifestName), err)
+	}
+	if m.UID != id.uid || m.GID != id.gid {
+		g.release()
+		return nil, fmt.Errorf("%s was warmed for uid %d:%d, the sandbox runs as %d:%d: warm it again", dir, m.UID, m.GID, id.uid, id.gid)
+	}
+	files, bytes, err := countTree(g.gocache(), g.gomodcache())
+	if err != nil {
+		g.release()
+		return nil, err
+	}
+	if files != m.Files || bytes != m.Bytes {
+		g.release()
+		return nil, fmt.Errorf("%s holds %d files (%d bytes), its manifest says %d (%d bytes): corrupted", dir, files, bytes, m.Files, m.Bytes)
+	}
+	return g, nil
+}
+
+// countTree counts the regular files under dirs and their bytes.
+func countTree(dirs ...string) (files, bytes int64, err error) {
+	for _, d := range dirs {
+		err = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if e.Type().IsRegular() {
+				fi, err := e.Info()
+				if err != nil {
+					return err
+				}
+				files++
+				bytes += fi.Size()
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	return files, bytes, nil
+}
+
+// layerMode is how a scratch folder gets its writable layer over a
+// generation.
+type layerMode int
+
+const (
+	layerCopy    layerMode = iota // a copy of the lower layer
+	layerOverlay                  // an overlayfs mount, upper layer in the scratch folder
+)
+
+// warmer gives commands their warm caches; one per backend.
+type warmer struct {
+	root     string
+	explicit bool
+	id       identity
+	allowOv  bool // the backend can use an overlay mount (bwrap); docker copies
+
+	once    sync.Once
+	mode    layerMode
+	modeWhy string // why overlays are not used, for doctor
+
+	mu     sync.Mutex
+	dirs   map[string]string // scratch folder → its layer folder
+	warned map[string]bool   // scratch folders told they run cold
+}
+
+func newWarmer(o Options, id identity, allowOverlay bool) *warmer {
+	return &warmer{root: o.GoCache, explicit: o.GoCacheExplicit, id: id, allowOv: allowOverlay}
+}
+
+// probeMode decides once whether overlay mounts work here.
+func (w *warmer) probeMode() (layerMode, string) {
+	w.once.Do(func() {
+		w.mode, w.modeWhy = layerCopy, ""
+		switch {
+		case !w.allowOv:
+			w.modeWhy = "the docker backend copies the warm cache (a container does not see mounts made after it started)"
+		case os.Geteuid() != 0:
+			w.modeWhy = "the conductor is not root: no overlay mount on the host, the warm cache is copied per gate"
+		default:
+			if err := probeOverlay(); err != nil {
+				w.modeWhy = "overlayfs does not mount here (" + err.Error() + "): the warm cache is copied per gate"
+			} else {
+				w.mode = layerOverlay
+			}
+		}
+	})
+	return w.mode, w.modeWhy
+}
+
+// probeOverlay mounts and unmounts one overlay in a temporary folder.
+func probeOverlay() error {
+	d, err := os.MkdirTemp("", "conductor-ovl-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(d)
+	for _, s := range []string{"l", "u", "w", "m"} {
+		if err := os.Mkdir(filepath.Join(d, s), 0o700); err != nil {
+			return err
+		}
+	}
+	m := filepath.Join(d, "m")
+	if err := syscall.Mount("overlay", m, "overlay", syscall.MS_NOSUID|syscall.MS_NODEV,
+		"lowerdir="+filepath.Join(d, "l")+",upperdir="+filepath.Join(d, "u")+",workdir="+filepath.Join(d, "w")); err != nil {
+		return err
+	}
+	return syscall.Unmount(m, syscall.MNT_DETACH)
+}
+
+// warmLayer is a command's warm caches: the variables that point at them,
+// the binds that show them and what to undo after the command.
+type warmLayer struct {
+	env     [][2]string
+	binds   [][2]string // host folder, where it appears inside
+	cleanup func()
+}
+
+// layer prepares scratch's warm layer for one command, or explains (in one
+// line on warn, once per scratch folder) why the command runs cold. env is
+// the command's environment (for GOFLAGS). A nil layer means cold.
+func (w *warmer) layer(scratch string, env [][2]string, warn io.Writer) *warmLayer {
+	if w == nil || w.root == "" || scratch == "" {
+		return nil
+	}
+	l, err := w.prepare(scratch, env)
+	if err == nil {
+		return l
+	}
+	if !w.explicit && errors.Is(err, fs.ErrNotExist) && !pathExists(filepath.Join(w.root, "current")) {
+		return nil // never warmed here: cold, as before warm caches existed
+	}
+	w.mu.Lock()
+	warned := w.warned[scratch]
+	if w.warned == nil {
+		w.warned = map[string]bool{}
+	}
+	w.warned[scratch] = true
+	w.mu.Unlock()
+	if !warned && warn != nil {
+		fmt.Fprintf(warn, "conductor: warm Go cache not used, running with a cold cache: %v\n", err)
+	}
+	return nil
+}
+
+// layersRoot is where upper layers (or copies) live: a folder of the
+// conductor's in the system's temporary folder, which the sandbox uid can
+// traverse (mode 0711) but not list or change, with one folder of a random
+// name per scratch folder. Never inside the scratch folder: a command
+// could swap a folder there for a link before the next mount.
+func (w *warmer) layersRoot() (string, error) {
+	d := filepath.Join(os.TempDir(), "conductor-warm-"+strconv.Itoa(os.Geteuid()))
+	if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	fi, err := os.Lstat(d)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Geteuid() || fi.Mode().Perm()&0o022 != 0 {
+		return "", fmt.Errorf("%s is not a folder of the conductor's that only it may change: not used", d)
+	}
+	return d, nil
+}
+
+// layerDir returns scratch's layer folder, making it on first use.
+func (w *warmer) layerDir(scratch string) (string, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if d, ok := w.dirs[scratch]; ok && pathExists(d) {
+		return d, nil
+	}
+	root, err := w.layersRoot()
+	if err != nil {
+		return "", err
+	}
+	reapLayers(root)
+	d, err := os.MkdirTemp(root, "l-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(d, 0o711); err != nil {
+		return "", err
+	}
+	owner := fmt.Sprintf("%d %s\n%s", os.Getpid(), procStart(os.Getpid()), scratch)
+	if err := os.WriteFile(filepath.Join(d, "owner"), []byte(owner), 0o600); err != nil {
+		return "", err
+	}
+	if w.dirs == nil {
+		w.dirs = map[string]string{}
+	}
+	w.dirs[scratch] = d
+	return d, nil
+}
+
+// reapLayers removes the layer folders whose scratch folder is gone or
+// whose conductor process is (a crash mid-command can leave a mount).
+func reapLayers(root string) {
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		d := filepath.Join(root, e.Name())
+		b, err := os.ReadFile(filepath.Join(d, "owner"))
+		if err != nil {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Hour {
+				unmountUnder(d)
+				_ = removeTree(d)
+			}
+			continue
+		}
+		head, scratch, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(head)
+		alive := false
+		if len(f) == 2 {
+			if pid, _ := strconv.Atoi(f[0]); pid > 0 && procStart(pid) == f[1] {
+				alive = true
+			}
+		}
+		if alive && pathExists(scratch) {
+			continue
+		}
+		if alive && mountedUnder(d) {
+			continue // a command of a live conductor is running in it
+		}
+		unmountUnder(d)
+		_ = removeTree(d)
+	}
+}
+
+// mountedUnder lists the mount points at or below dir.
+func mountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var ms []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && within(f[4], dir) {
+			ms = append(ms, f[4])
+		}
+	}
+	return ms
+}
+
+func mountedUnder(dir string) bool { return len(mountsUnder(dir)) > 0 }
+
+func unmountUnder(dir string) {
+	ms := mountsUnder(dir)
+	sort.Sort(sort.Reverse(sort.StringSlice(ms)))
+	for _, m := range ms {
+		_ = syscall.Unmount(m, syscall.MNT_DETACH)
+	}
+}
+
+func (w *warmer) prepare(scratch string, env [][2]string) (*warmLayer, error) {
+	g, err := openGen(w.root, w.id)
+	if err != nil {
+		return nil, err
+	}
+	base, err := w.layerDir(scratch)
+	if err != nil {
+		g.release()
+		return nil, err
+	}
+	// The layer belongs to one generation: a scratch folder that last
+	// used another starts its layer again.
+	genFile := filepath.Join(base, "generation")
+	if b, err := os.ReadFile(genFile); err == nil && string(b) != filepath.Base(g.dir) {
+		for _, n := range []string{"gocache", "gomodcache"} {
+			if err := removeTree(filepath.Join(base, n)); err != nil {
+				g.release()
+				return nil, err
+			}
+		}
+	}
+	if err := os.WriteFile(genFile, []byte(filepath.Base(g.dir)), 0o600); err != nil {
+		g.release()
+		return nil, err
+	}
+	mode, _ := w.probeMode()
+	var mounted []string
+	undo := func() {
+		for _, m := range mounted {
+			_ = syscall.Unmount(m, syscall.MNT_DETACH)
+		}
+		g.release()
+	}
+	l := &warmLayer{cleanup: undo}
+	for _, name := range []string{"gocache", "gomodcache"} {
+		lower := filepath.Join(g.dir, name)
+		d := filepath.Join(base, name)
+		inside := filepath.Join(scratch, warmDirName, name)
+		switch mode {
+		case layerOverlay:
+			up, work, m := filepath.Join(d, "upper"), filepath.Join(d, "work"), filepath.Join(d, "merged")
+			for _, x := range []string{d, up, work, m} {
+				if err := os.Mkdir(x, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+					undo()
+					return nil, err
+				}
+			}
+			// The merged root takes the upper root's owner: the
+			// sandbox uid writes there.
+			if err := os.Chown(up, w.id.uid, w.id.gid); err != nil {
+				undo()
+				return nil, err
+			}
+			if err := os.Chmod(up, 0o755); err != nil {
+				undo()
+				return nil, err
+			}
+			opts := "lowerdir=" + lower + ",upperdir=" + up + ",workdir=" + work
+			if err := syscall.Mount("overlay", m, "overlay", syscall.MS_NOSUID|syscall.MS_NODEV, opts); err != nil {
+				undo()
+				return nil, fmt.Errorf("overlay mount of %s: %w", lower, err)
+			}
+			mounted = append(mounted, m)
+			l.binds = append(l.binds, [2]string{m, inside})
+		default:
+			m := filepath.Join(d, "copy")
+			if !pathExists(filepath.Join(d, "complete")) {
+				if err := removeTree(d); err != nil {
+					undo()
+					return nil, err
+				}
+				if err := os.Mkdir(d, 0o711); err != nil {
+					undo()
+					return nil, err
+				}
+				if err := copyTree(lower, m); err != nil {
+					_ = removeTree(d)
+					undo()
+					return nil, fmt.Errorf("copy the warm cache (%s): %w", lower, err)
+				}
+				if err := os.WriteFile(filepath.Join(d, "complete"), nil, 0o600); err != nil {
+					undo()
+					return nil, err
+				}
+			}
+			l.binds = append(l.binds, [2]string{m, inside})
+		}
+		v := "GOCACHE"
+		if name == "gomodcache" {
+			v = "GOMODCACHE"
+		}
+		l.env = append(l.env, [2]string{v, inside})
+	}
+	goflags := ""
+	for _, kv := range env {
+		if kv[0] == "GOFLAGS" {
+			goflags = kv[1]
+		}
+	}
+	l.env = append(l.env, [2]string{"GOFLAGS", withTrimpath(goflags)})
+	return l, nil
+}
+
+// withTrimpath adds -trimpath to GOFLAGS: without it the build cache keys
+// hold each package's folder, and every gate's tree lives in a folder of
+// its own (nothing would ever hit).
+func withTrimpath(goflags string) string {
+	for _, f := range strings.Fields(goflags) {
+		if f == "-trimpath" || f == "-trimpath=true" {
+			return goflags
+		}
+	}
+	return strings.TrimSpace(goflags + " -trimpath")
+}
+
+// copyTree copies src to dst (which must not exist): cp -a, which clones
+// with reflinks where the file system can and keeps the owner when root.
+// Never hard links: a command could write through one into the lower
+// layer.
+func copyTree(src, dst string) error {
+	out, err := exec.Command("cp", "-a", "--reflink=auto", "--", src, dst).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("cp: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// removeTree removes dir, making read-only folders (the module cache's)
+// writable first.
+func removeTree(dir string) error {
+	if err := os.RemoveAll(dir); err == nil {
+		return nil
+	}
+	_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			_ = os.Chmod(p, 0o755)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
+
+// WarmOptions is one warming of the warm Go cache.
+type WarmOptions struct {
+	Tree    string              // the trusted tree: the landed target's tip, exported
+	Getenv  func(string) string // the conductor's environment (GOFLAGS, CGO_ENABLED, PATH and the host module cache)
+	Sandbox Options             // the identity and the cache folder (GoCache)
+	Log     io.Writer           // progress and warnings (each go command's failure)
+	Label   string              // what Tree is, recorded in the manifest ("repo@commit")
+	// Timeout bounds each go command; 0: 20 minutes.
+	Timeout time.Duration
+}
+
+// WarmResult says what a warming did.
+type WarmResult struct {
+	Dir      string        `json:"dir"`   // the new generation
+	Files    int64         `json:"files"` // in it
+	Bytes    int64         `json:"bytes"`
+	Removed  []string      `json:"removed"` // older generations removed (none in use)
+	Duration time.Duration `json:"duration"`
+	Warnings []string      `json:"warnings,omitempty"` // go commands that failed (the cache is warm for what compiled)
+}
+
+// WarmGo warms a new generation of the warm Go cache from a trusted tree
+// and makes it current. It compiles and never runs: `go mod download`
+// (from the host's module cache only, as a file proxy; no network),
+// `go build ./...`, `go vet ./...` and `go test -exec=/bin/true ./...`
+// (test binaries are linked, never started; test results are not cached),
+// with the gate's Go settings (-trimpath, GOTOOLCHAIN=local, GOENV=off, a
+// fresh HOME). A go command that fails is a warning: what compiled is warm.
+func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
+	start := time.Now()
+	var res WarmResult
+	getenv := o.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	so := o.Sandbox
+	root := so.GoCache
+	if root == "" {
+		return res, fmt.Errorf("warm Go cache: no cache folder (%s=off, or neither HOME nor XDG_CACHE_HOME is set)", EnvGoCache)
+	}
+	id, err := so.identity()
+	if err != nil {
+		return res, err
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 20 * time.Minute
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	// Only the conductor may reach the generations: nothing but the
+	// overlay (or a copy) ever shows them to a sandbox.
+	if err := os.Chmod(root, 0o700); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(root, "warm.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return res, fmt.Errorf("warm Go cache: lock: %w", err)
+	}
+
+	gen := filepath.Join(root, fmt.Sprintf("%s%d", genPrefix, time.Now().UnixNano()))
+	tmp := gen + ".tmp"
+	_ = removeTree(tmp)
+	var prev manifest
+	if cur, err := openGen(root, id); err == nil {
+		if b, err := os.ReadFile(filepath.Join(cur.dir, manifestName)); err == nil {
+			_ = json.Unmarshal(b, &prev)
+		}
+		err = linkTree(cur.dir, tmp)
+		cur.release()
+		if err != nil {
+			_ = removeTree(tmp)
+			return res, fmt.Errorf("warm Go cache: clone %s: %w", cur.dir, err)
+		}
+		_ = os.Remove(filepath.Join(tmp, manifestName))
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		fmt.Fprintf(o.Log, "conductor: the current warm cache is not reused (%v): warming from empty\n", err)
+	}
+	for _, d := range []string{"gocache", "gomodcache", "home"} {
+		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
+			_ = removeTree(tmp)
+			return res, fmt.Errorf("warm Go cache: %w", err)
+		}
+	}
+
+	env := GateEnv(getenv, tmp)
+	env = append(env,
+		"GOCACHE="+filepath.Join(tmp, "gocache"),
+		"GOMODCACHE="+filepath.Join(tmp, "gomodcache"),
+		"GOFLAGS="+withTrimpath(getenv("GOFLAGS")),
+		"GOENV=off", "GOSUMDB=off", "GOTOOLCHAIN=local",
+		"GOPROXY="+hostModuleProxy(ctx, getenv),
+		"TMPDIR="+os.TempDir(),
+	)
+	var warnings []string
+	run := func(args ...string) {
+		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, "go", args...)
+		cmd.Dir, cmd.Env = o.Tree, env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = 5 * time.Second
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			w := fmt.Sprintf("go %s: %v: %s", strings.Join(args, " "), err, lastLine(out))
+			warnings = append(warnings, w)
+			fmt.Fprintln(o.Log, "conductor: warm:", w)
+			return
+		}
+		fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
+	}
+	if pathExists(filepath.Join(o.Tree, "go.mod")) {
+		run("mod", "download")
+	}
+	run("build", "./...")
+	run("vet", "./...")
+	run("test", "-exec=/bin/true", "-run=^$", "-count=1", "./...")
+	if ctx.Err() != nil {
+		_ = removeTree(tmp)
+		return res, ctx.Err()
+	}
+	_ = removeTree(filepath.Join(tmp, "home"))
+	// Go may have left its own temporary files: only the two caches stay.
+	if id.drop {
+		if err := handOver(tmp, id); err != nil {
+			_ = removeTree(tmp)
+			return res, fmt.Errorf("warm Go cache: %w", err)
+		}
+	}
+	files, bytes, err := countTree(filepath.Join(tmp, "gocache"), filepath.Join(tmp, "gomodcache"))
+	if err != nil {
+		_ = removeTree(tmp)
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	m := manifest{Created: time.Now().UTC(), UID: id.uid, GID: id.gid, GoVersion: goVersion(env),
+		Trees: append(lastN(prev.Trees, 19), o.Label), Files: files, Bytes: bytes}
+	b, _ := json.MarshalIndent(m, "", "  ")
+	if err := writeFileSync(filepath.Join(tmp, manifestName), append(b, '\n')); err != nil {
+		_ = removeTree(tmp)
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	if err := os.Rename(tmp, gen); err != nil {
+		_ = removeTree(tmp)
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	link := filepath.Join(root, "current.tmp")
+	_ = os.Remove(link)
+	if err := os.Symlink(filepath.Base(gen), link); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	if err := os.Rename(link, filepath.Join(root, "current")); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	syncDir(root)
+	res.Removed = pruneGens(root, filepath.Base(gen))
+	res.Dir, res.Files, res.Bytes, res.Warnings = gen, files, bytes, warnings
+	res.Duration = time.Since(start)
+	return res, nil
+}
+
+// pruneGens removes the generations other than keep that no command holds.
+func pruneGens(root, keep string) []string {
+	ents, _ := os.ReadDir(root)
+	var removed []string
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasPrefix(n, genPrefix) || n == keep {
+			continue
+		}
+		dir := filepath.Join(root, n)
+		if strings.HasSuffix(n, ".tmp") {
+			continue // another warming's, or a crashed one's: the next warming under the lock removes its own
+		}
+		f, err := os.Open(filepath.Join(dir, manifestName))
+		if err == nil {
+			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+				f.Close()
+				continue // in use by a gate
+			}
+		}
+		if removeTree(dir) == nil {
+			removed = append(removed, dir)
+		}
+		if f != nil {
+			f.Close()
+		}
+	}
+	sort.Strings(removed)
+	return removed
+}
+
+// linkTree clones src into dst with hard links (the generations are
+// written by trusted warming only; Go replaces an entry it rewrites with
+// the same content).
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		t := filepath.Join(dst, rel)
+		switch {
+		case e.IsDir():
+			return os.Mkdir(t, 0o755)
+		case e.Type()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(l, t)
+		case e.Type().IsRegular():
+			return os.Link(p, t)
+		}
+		return nil
+	})
+}
+
+// hostModuleProxy is GOPROXY for warming: the host's module cache as a file
+// proxy when there is one, then off (never the network).
+func hostModuleProxy(ctx context.Context, getenv func(string) string) string {
+	dir := getenv("GOMODCACHE")
+	if dir == "" {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(cctx, "go", "env", "GOMODCACHE")
+		cmd.Env = []string{"PATH=" + getenv("PATH"), "HOME=" + getenv("HOME"), "GOPATH=" + getenv("GOPATH")}
+		if out, err := cmd.Output(); err == nil {
+			dir = strings.TrimSpace(string(out))
+		}
+	}
+	dl := filepath.Join(dir, "cache", "download")
+	if dir == "" || !pathExists(dl) {
+		return "off"
+	}
+	return "file://" + dl + ",off"
+}
+
+func goVersion(env []string) string {
+	cmd := exec.Command("go", "env", "GOVERSION")
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func lastN(s []string, n int) []string {
+	if len(s) > n {
+		return append([]string(nil), s[len(s)-n:]...)
+	}
+	return append([]string(nil), s...)
+}
+
+func lastLine(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 300 {
+		s = s[:300]
+	}
+	return s
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) {
+	if f, err := os.Open(dir); err == nil {
+		_ = f.Sync()
+		f.Close()
+	}
+}
+
+// WarmReport is what doctor says about warm caches.
+type WarmReport struct {
+	Dir     string `json:"dir"`
+	Works   bool   `json:"works"`
+	Mode    string `json:"mode"` // "overlay", "copy" or "" (not usable)
+	Detail  string `json:"detail"`
+	Current string `json:"current,omitempty"`
+	Files   int64  `json:"files,omitempty"`
+	Bytes   int64  `json:"bytes,omitempty"`
+}
+
+// ProbeWarm says whether warm caches work here for the named backend
+// (bwrap overlays; docker copies) and why not.
+func ProbeWarm(o Options, backend string) WarmReport {
+	r := WarmReport{Dir: o.GoCache}
+	if o.GoCache == "" {
+		r.Detail = "off (" + EnvGoCache + "=off, or no HOME): every gate compiles from a cold cache"
+		return r
+	}
+	id, err := o.identity()
+	if err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	w := newWarmer(o, id, backend != BackendDocker)
+	mode, why := w.probeMode()
+	r.Mode = "copy"
+	if mode == layerOverlay {
+		r.Mode = "overlay"
+	}
+	g, err := openGen(o.GoCache, id)
+	if err != nil {
+		r.Detail = "not usable, gates compile from a cold cache: " + err.Error()
+		return r
+	}
+	defer g.release()
+	r.Current = g.dir
+	r.Files, r.Bytes, _ = countTree(g.gocache(), g.gomodcache())
+	r.Works = true
+	r.Detail = g.dir + ": "
+	if why != "" {
+		r.Detail += why
+	} else {
+		r.Detail += "an overlayfs upper layer per gate and per run over this generation, thrown away after"
+	}
+	return r
+}
+
+// State is the report's one word for people, with the mode and size when
+// it works: "works (overlay, 58 MiB in 1023 files)", "unavailable".
+func (r WarmReport) State() string {
+	if !r.Works {
+		return "unavailable"
+	}
+	return "works (" + r.Mode + ", " + bytesize(r.Bytes) + " in " + strconv.FormatInt(r.Files, 10) + " files)"
+}
+
+// cmpWarn is the command's warning writer: its own, else the backend's.
+func cmpWarn(spec, opts io.Writer) io.Writer {
+	if spec != nil {
+		return spec
+	}
+	return opts
+}
