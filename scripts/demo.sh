@@ -2,7 +2,9 @@
 # The product end to end, offline: a throwaway repository with a failing
 # test, a worker task run against a replayed model (no network), review with
 # the policy checks and the gate, a merge decision, a dry-run landing, the
-# landing, and the audit of the landed commit. Everything lives in a fresh
+# landing, the audit of the landed commit and its record, the seed
+# orchestrator's role_dispatch job from the embedded queue, and (with pi
+# installed) the pi agent as the worker. Everything lives in a fresh
 # folder under /tmp, linked as demo-out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -71,9 +73,31 @@ after="$(git -C "$repo" rev-parse main)"
 say "5. the landed commit, its trailers and the receipt git alone can verify"
 git -C "$repo" log --format='%h %s%n%(trailers)' -1 "$after"
 run "$bin" audit --repo "$repo" "$after"
+say "the Record step: a build-log line and a status section, outside the repository (the policy's default)"
+run "$bin" record "$decision"
 (cd "$repo" && git checkout -q -f main && go test ./...) >&2
 
-say "6. another runtime, the same protocol: the real pi coding agent as the worker"
+say "6. the seed orchestrator's own job, from the queue: role prompt and brief from the repository at its base commit"
+# The orchestrator pushes role_dispatch jobs; conductor takes them as they
+# are. The role prompt is .cursor/agents/role-doc-writer.md and the brief
+# .convoys/clamp.md, both read from the commit (never from a working tree).
+mkdir -p "$repo/.cursor/agents" "$repo/.convoys"
+printf 'You document this repository for its users: short, exact, no marketing.\n' > "$repo/.cursor/agents/role-doc-writer.md"
+printf 'Document Clamp in docs/clamp.md: what it returns below, inside and above the range.\n' > "$repo/.convoys/clamp.md"
+git -C "$repo" add .cursor .convoys
+git -C "$repo" commit -qm "convoy: a brief for the doc writer"
+cat > "$out/job.json" <<JOB
+{"type":"role_dispatch","roleId":"role-doc-writer","briefPath":".convoys/clamp.md","harnessAlias":"doc-writer","workspace":"demo","runId":"r-demo-docs-1"}
+JOB
+run "$bin" enqueue "$out/job.json"
+WORKER_REPO_ROOT="$out" run "$bin" worker --once --model "replay:$root/testdata/models/demo-job.json" --sandbox "$sandbox" --wait 1 | tee "$out/worker.txt"
+grep -q '"status": *"succeeded"' "$out/worker.txt" || { echo "the queued job did not succeed" >&2; exit 1; }
+say "the run's record: harness alias, model, tokens, checkpoints; its lifecycle events; its diff"
+run "$bin" runs show r-demo-docs-1
+run "$bin" events --run r-demo-docs-1
+cat "$CONDUCTOR_HOME/runs/r-demo-docs-1/patch.diff"
+
+say "7. another runtime, the same protocol: the real pi coding agent as the worker"
 export CONDUCTOR_PI_DIR="${CONDUCTOR_PI_DIR:-/opt/conductor/pi}"
 if [ "$sandbox" != none ] && "$bin" doctor --json 2>/dev/null | tr -d ' \n' | grep -q '"name":"pi","works":true'; then
   echo "pi runs inside the same sandbox as the unprivileged uid, with no network; it reaches the model only" >&2
