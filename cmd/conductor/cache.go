@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -62,7 +61,7 @@ func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
 		return err
 	}
 	if c.Bool("json") {
-		return json.NewEncoder(d.Stdout).Encode(res)
+		return writeJSON(d.Stdout, res)
 	}
 	for _, w := range res.Warnings {
 		fmt.Fprintf(d.Stderr, "conductor: cache warm: %s\n", w)

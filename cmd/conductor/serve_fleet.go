@@ -30,7 +30,7 @@ func serveFleet(c *cli.Context, d *deps, st bus.Store) serveFleetSources {
 		f.dead, f.queueName = dl, q.Name()
 		f.close = func() { q.Close() }
 	}
-	if url := c.String("redis-url"); url != "" {
+	if url := d.config(c).RedisURL; url != "" { // flag > REDIS_URL > file
 		rs, err := queue.DialRedisSlots(c.Context, url)
 		if err != nil {
 			d.Log.Warn("serve: Redis is unreachable; the model slots are not shown", "err", err)
