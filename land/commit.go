@@ -2,6 +2,7 @@ package land
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -73,8 +74,9 @@ func (l *lander) provenance() (runID, task, model string) {
 }
 
 // message is the landed commit's message: the approved commit's message
-// without its trailers, then the binding trailers.
-func (l *lander) message(pid string) string {
+// without its trailers, the landing said in prose (narrative), then the
+// binding trailers for machines.
+func (l *lander) message(pid, story string) string {
 	body, _ := splitTrailers(l.approved.Message)
 	body = strings.TrimRight(body, "\n")
 	if strings.TrimSpace(body) == "" {
@@ -84,6 +86,10 @@ func (l *lander) message(pid string) string {
 	var b strings.Builder
 	b.WriteString(body)
 	b.WriteString("\n\n")
+	if story != "" {
+		b.WriteString(story)
+		b.WriteString("\n\n")
+	}
 	fmt.Fprintf(&b, "Decision-Id: %s\n", l.d.ID)
 	fmt.Fprintf(&b, "Reviewed-Commit: %s\n", l.approved.ID)
 	fmt.Fprintf(&b, "Patch-Id: %s\n", pid)
@@ -92,6 +98,92 @@ func (l *lander) message(pid string) string {
 		fmt.Fprintf(&b, "Task-Id: %s\n", task)
 	}
 	fmt.Fprintf(&b, "Model: %s\n", model)
+	return b.String()
+}
+
+// narrative says in words what the trailers bind: which candidate
+// (patch-id) of which run, on which base, whether the target changed any
+// reviewed path since that base, who approved it in which verdict, and
+// that the gate ran again on the landed tree at the target. It is read by
+// people (git log); audits read the trailers and the receipt note.
+func (l *lander) narrative(ctx context.Context, tip string, out *Outcome) string {
+	runID, task, model := l.provenance()
+	var s []string
+	who := "run " + runID
+	if task != "" {
+		who += " (task " + task + ", model " + model + ")"
+	}
+	s = append(s, fmt.Sprintf("Lands the candidate with patch-id %s from %s, reviewed as commit %s.", short(out.PatchID), who, short(l.approved.ID)))
+	if base, err := l.mergeBase(ctx, tip); err == nil && base != "" {
+		switch moved, err := l.reviewedPathsMoved(ctx, base, tip, out.Files); {
+		case base == tip:
+			s = append(s, fmt.Sprintf("The work was made on %s at %s and the target has not moved since: the landed tree is the reviewed tree.", l.target, short(base)))
+		case err != nil:
+			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since.", l.target, short(base), short(tip)))
+		case len(moved) == 0:
+			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since, changing none of the reviewed paths.", l.target, short(base), short(tip)))
+		default:
+			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since and changed %d of the reviewed paths (%s): the squash onto it was measured again and its patch-id still matches the review.",
+				l.target, short(base), short(tip), len(moved), strings.Join(moved, ", ")))
+		}
+	}
+	reviewer := cmp.Or(l.v.Reviewer, "an unnamed reviewer")
+	s = append(s, fmt.Sprintf("%s approved commit %s in verdict %d (%s); %s chose merge in decision %s.",
+		reviewer, short(l.v.Commit), l.v.ID, l.v.Verdict, cmp.Or(l.d.ResolvedBy, "an unnamed operator"), l.d.ID))
+	if len(out.Gate) == 0 {
+		s = append(s, "The landing policy names no gate.")
+	} else {
+		names := make([]string, len(out.Gate))
+		for i, g := range out.Gate {
+			names[i] = cmp.Or(g.Name, strings.Join(g.Argv, " "))
+		}
+		s = append(s, fmt.Sprintf("The gate (%s) was run again on the landed tree at the target and passed.", strings.Join(names, ", ")))
+	}
+	return wrap(strings.Join(s, " "), 72)
+}
+
+// reviewedPathsMoved lists the reviewed paths the target changed between
+// base and tip (at most a handful named; the count says the rest).
+func (l *lander) reviewedPathsMoved(ctx context.Context, base, tip string, reviewed []string) ([]string, error) {
+	out, err := l.g.Run(ctx, "diff-tree", "-r", "--name-only", "-z", "--no-renames", base, tip)
+	if err != nil {
+		return nil, err
+	}
+	touched := map[string]bool{}
+	for _, p := range strings.Split(string(out), "\x00") {
+		if p != "" {
+			touched[p] = true
+		}
+	}
+	var moved []string
+	for _, p := range reviewed {
+		if touched[p] {
+			moved = append(moved, p)
+		}
+	}
+	if len(moved) > 5 {
+		moved = append(moved[:5], fmt.Sprintf("and %d more", len(moved)-5))
+	}
+	return moved, nil
+}
+
+// wrap breaks s into lines of at most width columns at spaces.
+func wrap(s string, width int) string {
+	var b strings.Builder
+	n := 0
+	for i, w := range strings.Fields(s) {
+		switch {
+		case i == 0:
+		case n+1+len(w) > width:
+			b.WriteByte('\n')
+			n = 0
+		default:
+			b.WriteByte(' ')
+			n++
+		}
+		b.WriteString(w)
+		n += len(w)
+	}
 	return b.String()
 }
 

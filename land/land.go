@@ -618,7 +618,7 @@ func (l *lander) attempt(ctx context.Context, tip string, out *Outcome) (string,
 		return "", err
 	}
 
-	msg := l.message(res.pid)
+	msg := l.message(res.pid, l.narrative(ctx, tip, out))
 	if o.DryRun {
 		// What a real landing checks right before its compare-and-swap.
 		if err := l.recheck(ctx, false); err != nil {

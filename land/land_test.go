@@ -199,3 +199,49 @@ func TestLandCommitterDate(t *testing.T) {
 		})
 	}
 }
+
+// The landed commit's message says in prose what the trailers bind: the
+// candidate and its run, the base and whether the target moved, who
+// approved and decided, and that the gate ran again at the target.
+func TestLandMessageSaysWhatLanded(t *testing.T) {
+	for _, moved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("target moved %v", moved), func(t *testing.T) {
+			f := newFixture(t)
+			f.rules.gate = []policy.GateCommand{{Name: "check", Argv: []string{"true"}}}
+			id, _ := f.approved("a", change)
+			if moved {
+				f.commit("refs/heads/main", "", map[string]string{"docs/other.md": "other\n"}, "unrelated")
+			}
+			out, err := f.land(id, nil)
+			if err != nil {
+				t.Fatalf("land: %v", err)
+			}
+			msg, err := f.g.Line(context.Background(), "log", "-1", "--format=%B", out.Commit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{
+				"Lands the candidate with patch-id " + short(out.PatchID),
+				"The gate (check) was run again on the landed tree at the target and passed.",
+				"in decision " + id,
+				"Decision-Id: " + id, // the trailers stay, for machines
+			}
+			if moved {
+				want = append(want, "changing none of the reviewed paths")
+			} else {
+				want = append(want, "the target has not moved since")
+			}
+			flat := strings.Join(strings.Fields(msg), " ")
+			for _, w := range want {
+				if !strings.Contains(flat, strings.Join(strings.Fields(w), " ")) {
+					t.Errorf("message lacks %q:\n%s", w, msg)
+				}
+			}
+			for _, line := range strings.Split(msg, "\n") {
+				if len(line) > 72 && !strings.Contains(line, ": ") {
+					t.Errorf("prose line longer than 72 columns: %q", line)
+				}
+			}
+		})
+	}
+}
