@@ -26,6 +26,10 @@ type Config struct {
 	// RedisURL selects Redis for the job queue; empty means the embedded
 	// store's queue (--redis-url, REDIS_URL, queue.redisURL).
 	RedisURL string
+	// RoleIDs map a seed job's roleId to a role contract beyond the
+	// built-in "role-<name>" → <name> (CONDUCTOR_ROLE_IDS, queue.roleIds:
+	// "role-coder=implementer,role-scribe=doc-writer").
+	RoleIDs map[string]string
 	// PiDir is the npm prefix the pi agent is installed in, for tasks with
 	// runtime pi (CONDUCTOR_PI_DIR, worker.piDir; default DataRoot/pi).
 	PiDir string

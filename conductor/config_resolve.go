@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -168,6 +169,17 @@ var knobs = []knob{
 		},
 		def:  func(c *Config) string { return "the embedded store's queue" },
 		show: func(c Config) string { return c.RedisURL }},
+	{name: "roleIds", env: "CONDUCTOR_ROLE_IDS", field: "queue.roleIds", want: "roleId=role pairs, comma-separated (role-coder=implementer)",
+		set: func(c *Config, v string) error {
+			m, err := parseRoleIDs(v)
+			if err != nil {
+				return err
+			}
+			c.RoleIDs = m
+			return nil
+		},
+		def:  func(c *Config) string { return "role-<name> is the role <name>" },
+		show: func(c Config) string { return showRoleIDs(c.RoleIDs) }},
 	{name: "piDir", env: "CONDUCTOR_PI_DIR", field: "worker.piDir", want: "a folder",
 		set:  func(c *Config, v string) error { c.PiDir = v; return nil },
 		def:  func(c *Config) string { c.PiDir = filepath.Join(c.DataRoot, "pi"); return "" },
@@ -729,4 +741,50 @@ func (k knob) fail(src Source, v string, err error) *Error {
 		e.Problem = err.Error()
 	}
 	return e
+}
+
+// parseRoleIDs reads "id=role,id=role": each id once, each side a plain
+// name (letters, digits, '.', '_', '-').
+func parseRoleIDs(v string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, pair := range strings.Split(v, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		id, role, ok := strings.Cut(pair, "=")
+		id, role = strings.TrimSpace(id), strings.TrimSpace(role)
+		if !ok || !plainName(id) || !plainName(role) {
+			return nil, fmt.Errorf("%q is not roleId=role", pair)
+		}
+		if _, dup := m[id]; dup {
+			return nil, fmt.Errorf("%q is mapped twice", id)
+		}
+		m[id] = role
+	}
+	return m, nil
+}
+
+func plainName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func showRoleIDs(m map[string]string) string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for i, id := range ids {
+		ids[i] = id + "=" + m[id]
+	}
+	return strings.Join(ids, ",")
 }

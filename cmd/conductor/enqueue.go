@@ -39,7 +39,7 @@ func newEnqueueCmd(d *deps) *cli.Command {
 			// A task file, or a job in a shape the worker takes (the
 			// seed's role_dispatch job): the job is pushed as it is, as
 			// its orchestrator would.
-			job, isJob, err := enqueueJob(body)
+			job, isJob, err := enqueueJob(body, d.config(c).RoleIDs)
 			if err != nil {
 				return usageErr(fmt.Errorf("enqueue %s: %w", path, err))
 			}
@@ -134,7 +134,7 @@ func enqueueCheck(c *cli.Context, d *deps, task runtask.Task) error {
 
 // enqueueJob reads a payload that is not a task file (no taskVersion) as
 // a queue job (queue.ParseJob); a task file is not a job.
-func enqueueJob(body []byte) (queue.Job, bool, error) {
+func enqueueJob(body []byte, roleIDs map[string]string) (queue.Job, bool, error) {
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(body, &probe) != nil {
 		return queue.Job{}, false, nil // ParseTask names the syntax error
@@ -145,7 +145,7 @@ func enqueueJob(body []byte) (queue.Job, bool, error) {
 	if _, ok := probe["task"]; !ok && probe["roleId"] == nil && probe["role_id"] == nil && probe["type"] == nil {
 		return queue.Job{}, false, nil
 	}
-	j, err := queue.ParseJob(body)
+	j, err := queue.ParseJobWith(body, roleIDs)
 	return j, err == nil, err
 }
 

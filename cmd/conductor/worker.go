@@ -93,7 +93,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 				LockTTL:     c.Duration("heartbeat-ttl"),
 				Concurrency: c.Int("concurrency"), Wait: time.Duration(c.Int("wait")) * time.Second,
 				Once: c.Bool("once"), Grace: c.Duration("grace"),
-				Unattended: unattended(c, d), Consumer: consumer, Now: d.Now, Out: d.Stdout, Log: d.Log,
+				Unattended: unattended(c, d), RoleIDs: cfg.RoleIDs, Consumer: consumer, Now: d.Now, Out: d.Stdout, Log: d.Log,
 			})
 			if stats.Consumed {
 				fmt.Fprintf(d.Stderr, "worker %s: %d done, %d failed (requeued), %d dead-lettered, %d handed back, %d lost to an expired lease\n",

@@ -46,6 +46,9 @@ type WorkerOptions struct {
 	// PR (a task's or job's "pr", or its role's).
 	Unattended Unattended
 
+	// RoleIDs are the operator's roleId → role mappings for seed jobs.
+	RoleIDs map[string]string
+
 	// Consumer names this worker process (host:pid:n): its heartbeat row.
 	Consumer string
 	// Now is the clock of the heartbeat (default time.Now).
@@ -130,7 +133,7 @@ func NewHandler(o WorkerOptions, store bus.Store, q queue.Queue) *Handler {
 // failure is queue.Infra and retried with the job kept leased, never counted
 // as an attempt; anything else counts a failed attempt.
 func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.Delivery) error {
-	job, task, err := parse(dl)
+	job, task, err := parse(dl, h.o.RoleIDs)
 	if err != nil {
 		return queue.Permanent(err)
 	}
@@ -359,7 +362,7 @@ func (h *Handler) opensPR(job queue.Job, task runtask.Task) bool {
 // completed as failed with the reason, so that enqueueing the task again
 // (or retrying the dead letter) runs it.
 func (h *Handler) Dead(ctx context.Context, dl *queue.Delivery, cause error) error {
-	job, task, err := parse(dl)
+	job, task, err := parse(dl, h.o.RoleIDs)
 	if err != nil {
 		return nil // never parsed: it claimed nothing
 	}
@@ -380,8 +383,8 @@ func (h *Handler) emit(ctx context.Context, log *slog.Logger, kind, runID, taskI
 }
 
 // parse is a delivery's job and task, or why it can never run.
-func parse(dl *queue.Delivery) (queue.Job, runtask.Task, error) {
-	job, err := queue.ParseJob(dl.Payload)
+func parse(dl *queue.Delivery, roleIDs map[string]string) (queue.Job, runtask.Task, error) {
+	job, err := queue.ParseJobWith(dl.Payload, roleIDs)
 	if err != nil {
 		return job, runtask.Task{}, err
 	}

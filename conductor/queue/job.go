@@ -76,7 +76,12 @@ type Envelope struct {
 
 // ParseJob accepts an Envelope, a task file body (it has "taskVersion") or
 // the seed's job shape. Anything else is an error naming what is wrong.
-func ParseJob(payload []byte) (Job, error) {
+func ParseJob(payload []byte) (Job, error) { return ParseJobWith(payload, nil) }
+
+// ParseJobWith is ParseJob with the operator's roleId mappings
+// (conductor.Config.RoleIDs): a seed job's roleId found there names that
+// role; any other "role-<name>" is the role <name>.
+func ParseJobWith(payload []byte, roleIDs map[string]string) (Job, error) {
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &probe); err != nil {
 		return Job{}, fmt.Errorf("job payload is not a JSON object: %w", err)
@@ -90,7 +95,7 @@ func ParseJob(payload []byte) (Job, error) {
 		if err := dec.Decode(&env); err != nil {
 			return Job{}, fmt.Errorf("job payload: envelope: %w", err)
 		}
-		j, err := ParseJob(inner)
+		j, err := ParseJobWith(inner, roleIDs)
 		if err != nil {
 			return Job{}, err
 		}
@@ -132,7 +137,11 @@ func ParseJob(payload []byte) (Job, error) {
 	}
 	// The orchestrator names roles "role-<name>" (role-implementer): the
 	// contract is <name>.
-	s.RoleID = strings.TrimPrefix(s.RoleID, "role-")
+	if r, ok := roleIDs[s.RoleID]; ok {
+		s.RoleID = r // the operator's mapping
+	} else {
+		s.RoleID = strings.TrimPrefix(s.RoleID, "role-")
+	}
 	if s.TaskID == "" {
 		s.TaskID = "t-" + s.RoleID + "-" + id
 	}

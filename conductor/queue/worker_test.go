@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -303,5 +304,33 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition never held")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The operator's roleId mappings (conductor.Config.RoleIDs) name the role
+// of a seed job; an id they do not name keeps the built-in rule.
+func TestParseJobWithRoleIDs(t *testing.T) {
+	m := map[string]string{"role-coder": "implementer", "scribe": "doc-writer"}
+	for _, tc := range []struct{ payload, role string }{
+		{`{"roleId":"role-coder"}`, "implementer"},
+		{`{"roleId":"scribe"}`, "doc-writer"},
+		{`{"roleId":"role-reviewer"}`, "reviewer"},
+		{`{"task":{"roleId":"role-coder"}}`, "implementer"}, // inside an envelope too
+	} {
+		j, err := ParseJobWith([]byte(tc.payload), m)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.payload, err)
+		}
+		var task struct {
+			Role string `json:"role"`
+		}
+		if err := json.Unmarshal(j.Task, &task); err != nil || task.Role != tc.role {
+			t.Errorf("%s: role %q (%v), want %q", tc.payload, task.Role, err, tc.role)
+		}
+	}
+	// Without mappings "role-coder" is the role "coder".
+	j, err := ParseJob([]byte(`{"roleId":"role-coder"}`))
+	if err != nil || !strings.Contains(string(j.Task), `"role":"coder"`) {
+		t.Errorf("no mapping: %s (%v)", j.Task, err)
 	}
 }
