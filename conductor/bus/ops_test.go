@@ -32,6 +32,9 @@ func git(t *testing.T, dir string, args ...string) string {
 
 func TestRaise(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git not installed (required when CI=true)")
+		}
 		t.Skip("git not installed")
 	}
 	ctx := context.Background()

@@ -202,18 +202,13 @@ func OpenLog(path string) (*Log, error) {
 	return &Log{f: f}, nil
 }
 
-// Append writes v as one JSON line and fsyncs it.
+// Append writes v as one JSON line and fsyncs it (with any line Write
+// left unsynced).
 func (l *Log) Append(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
+	if err := l.Write(v); err != nil {
 		return err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if _, err := l.f.Write(append(b, '\n')); err != nil {
-		return err
-	}
-	return l.f.Sync()
+	return l.Sync()
 }
 
 // Write writes v as one JSON line without fsyncing it: a group commit's

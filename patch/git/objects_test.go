@@ -26,6 +26,9 @@ type repo struct {
 func newTestRepo(t *testing.T) *repo {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git not installed (required when CI=true)")
+		}
 		t.Skip("git not installed")
 	}
 	r := &repo{t: t, gitDir: filepath.Join(t.TempDir(), "repo.git"), home: t.TempDir()}
