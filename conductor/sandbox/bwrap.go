@@ -32,6 +32,11 @@ type bwrapBackend struct {
 	version string
 	layout  hostLayout
 	warm    *warmer
+
+	// infoDelay holds back reading bwrap's info document (tests only: it
+	// opens the window where a command must be killed before the
+	// conductor knows the sandbox's pid 1).
+	infoDelay time.Duration
 }
 
 func newBwrap(o Options) (*bwrapBackend, error) {
@@ -228,6 +233,7 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 		go func() {
 			// The first JSON document on the pipe is bwrap's, written
 			// once the sandbox exists; take it as soon as it arrives.
+			time.Sleep(b.infoDelay)
 			var si sandboxInfo
 			if err := json.NewDecoder(infoR).Decode(&si); err != nil {
 				si = sandboxInfo{}
@@ -250,19 +256,27 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 		kill := func() {
 			// The sandbox's pid 1: killing it tears down the whole pid
 			// namespace, whatever session or group its processes made.
-			if si := getInfo(0); si != nil && si.ChildPID > 0 {
-				_ = syscall.Kill(si.ChildPID, syscall.SIGKILL)
+			if si := getInfo(0); si != nil {
+				killNamespace(si.ChildPID, si.PidNS)
 			}
 		}
 		gone := func(grace time.Duration) bool {
-			si := getInfo(grace)
+			// bwrap is gone by now: its info document is in the pipe,
+			// or the pipe ends without one (the sandbox never existed).
+			// Only a slow reader keeps it: wait for it longer than the
+			// grace, since a sandbox not known is a sandbox not killed.
+			si := getInfo(max(grace, infoWait))
 			if si == nil {
-				return true // bwrap died before the sandbox existed
+				return false
 			}
 			info = *si
 			if si.ChildPID <= 0 {
 				return true
 			}
+			// Killed before its info arrived, the sandbox's pid 1 has
+			// only bwrap's parent-death signal to end it: kill it by
+			// name too. After a normal exit it is gone already.
+			killNamespace(si.ChildPID, si.PidNS)
 			return waitGone(si.ChildPID, si.PidNS, grace)
 		}
 		return kill, gone
@@ -277,6 +291,28 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 	classifyMemory(&res, cg)
 	return res, info, nil
 }
+
+// killNamespace sends SIGKILL to pid when it is still the pid 1 of the
+// sandbox's pid namespace pidNS: the kernel then kills every process of the
+// namespace. The process is pinned (a pidfd) before it is checked, so a pid
+// reused by another process is never signalled.
+func killNamespace(pid int, pidNS uint64) {
+	if pid <= 0 {
+		return
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return
+	}
+	defer p.Release()
+	if inNamespaceAlive(pid, fmt.Sprintf("pid:[%d]", pidNS)) {
+		_ = p.Signal(syscall.SIGKILL)
+	}
+}
+
+// infoWait bounds how long a finished command's Run waits for bwrap's info
+// document (see gone in run).
+const infoWait = 10 * time.Second
 
 func lim(n uint64) string { s := strconv.FormatUint(n, 10); return s + ":" + s }
 

@@ -868,3 +868,25 @@ func testReadOnlyDirs(t *testing.T, sb Sandbox) {
 		t.Fatalf("other/new: %v %s", err, res.Output)
 	}
 }
+
+// TestBwrapKillBeforeTheSandboxReports kills a command at its deadline
+// before the conductor has read which process is the sandbox's pid 1 (under
+// load bwrap's info document can arrive late): every process the command
+// started must still die with it.
+func TestBwrapKillBeforeTheSandboxReports(t *testing.T) {
+	for _, grace := range []time.Duration{200 * time.Millisecond, 5 * time.Second} {
+		t.Run(grace.String(), func(t *testing.T) {
+			sb := bwrapBox(t, func(o *Options) { o.KillGrace = grace })
+			sb.infoDelay = 2 * time.Second
+			_, et := escapeTool(t)
+			tok := token(t)
+			res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{et, "orphans", tok}, Timeout: time.Second})
+			if err == nil && !res.TimedOut {
+				t.Fatalf("result %+v, want a timeout", res)
+			}
+			if pids := survivors(tok); len(pids) > 0 {
+				t.Fatalf("ESCAPE: processes survived the kill (err %v): %v", err, pids)
+			}
+		})
+	}
+}
