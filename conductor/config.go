@@ -3,6 +3,7 @@ package conductor
 import (
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Config is every knob of the conductor, resolved once (Resolve): flags win
@@ -82,6 +83,9 @@ type Config struct {
 	// (--forge-timeout, CONDUCTOR_FORGE_TIMEOUT, forge.timeout); "": the
 	// forge's default.
 	ForgeTimeout string
+	// ModelSlotTTL is a model slot's lease (CONDUCTOR_MODEL_SLOT_TTL,
+	// models.slotTTL); 0: the queue's default.
+	ModelSlotTTL time.Duration
 
 	// knobs is what Resolve recorded: each knob's value and source.
 	knobs []Knob

@@ -45,7 +45,12 @@ const (
 	EnvDockerPids      = "CONDUCTOR_DOCKER_PIDS"
 	EnvModel           = "CONDUCTOR_MODEL"
 	EnvForgeTimeout    = "CONDUCTOR_FORGE_TIMEOUT"
+	EnvModelSlotTTL    = "CONDUCTOR_MODEL_SLOT_TTL"
 )
+
+// MinModelSlotTTL is the shortest model slot lease accepted: it is renewed
+// every third of it.
+const MinModelSlotTTL = 100 * time.Millisecond
 
 // Sandbox backend names (the sandbox package's; checked equal by a test).
 var SandboxBackends = []string{"auto", "bwrap", "docker", "none"}
@@ -387,6 +392,17 @@ var knobs = []knob{
 			return "the registry's built-in default (ollama-qwen; openai when OPENAI_BASE_URL is set)"
 		},
 		show: func(c Config) string { return c.Model }},
+	{name: "modelSlotTTL", env: EnvModelSlotTTL, field: "models.slotTTL", want: "a Go duration of at least 100ms (e.g. 30s)",
+		set: func(c *Config, v string) error {
+			d, err := parseDuration(v)
+			if err != nil || d < MinModelSlotTTL {
+				return errBad
+			}
+			c.ModelSlotTTL = d
+			return nil
+		},
+		def:  func(c *Config) string { return "30s" },
+		show: func(c Config) string { return durationText(c.ModelSlotTTL) }},
 	{name: "forgeTimeout", env: EnvForgeTimeout, field: "forge.timeout", want: "a positive Go duration such as 30s or 2m",
 		set: func(c *Config, v string) error {
 			if d, err := parseDuration(v); err != nil || d <= 0 {
@@ -641,6 +657,14 @@ func orBad(err error) error {
 }
 
 func parseDuration(v string) (time.Duration, error) { return time.ParseDuration(v) }
+
+// durationText is d as a knob shows it ("" for zero).
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
+}
 
 func parseInt(v string, min int) (int, error) {
 	n, err := strconv.Atoi(v)

@@ -103,6 +103,8 @@ func TestResolveBadValues(t *testing.T) {
 		{"redis url", map[string]string{"REDIS_URL": "localhost:6379"}, []string{"REDIS_URL", "redis://"}},
 		{"database url", map[string]string{"DATABASE_URL": "mysql://x"}, []string{"DATABASE_URL", "postgres://"}},
 		{"forge timeout", map[string]string{"CONDUCTOR_FORGE_TIMEOUT": "soon"}, []string{"CONDUCTOR_FORGE_TIMEOUT", "duration"}},
+		{"slot ttl", map[string]string{"CONDUCTOR_MODEL_SLOT_TTL": "10ms"}, []string{`env CONDUCTOR_MODEL_SLOT_TTL="10ms"`, "at least 100ms"}},
+		{"slot ttl in the file", map[string]string{"CONDUCTOR_CONFIG": write("ttl.json", `{"models": {"slotTTL": "soon"}}`)}, []string{`field models.slotTTL="soon"`, "Go duration"}},
 		{"config missing", map[string]string{"CONDUCTOR_CONFIG": "/nonexistent.json"}, []string{"env CONDUCTOR_CONFIG", "/nonexistent.json", "does not exist"}},
 		{"config malformed", map[string]string{"CONDUCTOR_CONFIG": write("bad.json", "{\n\"worker\": {,}}")}, []string{"bad.json", "line "}},
 		{"config unknown section", map[string]string{"CONDUCTOR_CONFIG": write("sec.json", `{"workers": {}}`)}, []string{"sec.json field workers", "unknown field", "worker"}},

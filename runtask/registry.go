@@ -77,6 +77,7 @@ type Registry struct {
 // modelFileConfig is the "models" section of the config file.
 type modelFileConfig struct {
 	Default string                      `json:"default"`
+	SlotTTL string                      `json:"slotTTL"` // conductor.Resolve's knob (modelSlotTTL)
 	Aliases map[string]modelAliasConfig `json:"aliases"`
 }
 

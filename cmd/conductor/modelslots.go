@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -12,23 +13,13 @@ import (
 	"github.com/conductor-dev/conductor/conductor/queue"
 )
 
-// envSlotTTL sets the model slots' lease (docs/models.md).
-const envSlotTTL = "CONDUCTOR_MODEL_SLOT_TTL"
-
 // modelSlots is the semaphore that makes an alias's maxConcurrent hold
 // across processes and hosts: in Redis when a Redis URL is set (--redis-url
 // or REDIS_URL), else in the bus store. It is reached on the first request
 // to a bounded alias; an unreachable one is waited out by queue.ModelSlots.
-func (d *deps) modelSlots(c *cli.Context) (*queue.ModelSlots, error) {
-	ttl := queue.DefaultSlotTTL
-	if v := d.Getenv(envSlotTTL); v != "" {
-		t, err := time.ParseDuration(v)
-		if err != nil || t < 100*time.Millisecond {
-			return nil, usagef("%s=%q: want a duration of at least 100ms (e.g. 30s)", envSlotTTL, v)
-		}
-		ttl = t
-	}
+func (d *deps) modelSlots(c *cli.Context) *queue.ModelSlots {
 	cfg := d.config(c)
+	ttl := cmp.Or(cfg.ModelSlotTTL, queue.DefaultSlotTTL) // CONDUCTOR_MODEL_SLOT_TTL or models.slotTTL
 	url := cfg.RedisURL // flag > REDIS_URL > file, resolved once
 	ls := &lazySlots{open: func(ctx context.Context) (queue.SlotStore, func() error, error) {
 		if url != "" {
@@ -49,7 +40,7 @@ func (d *deps) modelSlots(c *cli.Context) (*queue.ModelSlots, error) {
 		}
 		return ss, st.Close, nil
 	}}
-	return &queue.ModelSlots{Store: ls, TTL: ttl, Log: d.Log}, nil
+	return &queue.ModelSlots{Store: ls, TTL: ttl, Log: d.Log}
 }
 
 // lazySlots opens its store on first use, and again after a failed open.

@@ -99,12 +99,8 @@ func runTaskOptions(c *cli.Context, d *deps) (runtask.Options, error) {
 		return runtask.Options{}, err
 	}
 	reg.SetDefault(cfg.Model)
-	slots, err := d.modelSlots(c)
-	if err != nil {
-		return runtask.Options{}, err
-	}
 	opts := runtask.Options{
-		ModelSlots:   slots,
+		ModelSlots:   d.modelSlots(c),
 		Config:       cfg,
 		Repo:         c.String("repo"),
 		ModelAlias:   c.String("model"),
