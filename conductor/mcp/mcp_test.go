@@ -1,6 +1,7 @@
 package mcp_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -743,6 +744,44 @@ func TestTwoHostsOnePostgres(t *testing.T) {
 		mustCall(t, other, "list_tasks", map[string]any{"state": "completed"}, &tasks)
 		if !slices.ContainsFunc(tasks.Tasks, func(r struct{ ID, State, RunID string }) bool { return r.ID == taskID && r.RunID == w.RunID }) {
 			t.Fatalf("the other host does not see %s completed by %s: %+v", taskID, w.RunID, tasks.Tasks)
+		}
+	}
+}
+
+// TestStdioAnswersEverythingBeforeEOF is a client that writes its requests
+// and closes its end at once (`printf … | conductor mcp`): every request is
+// answered before the session ends, the claim among them (a claim made but
+// not answered would leave the task leased to a client that never learnt
+// its lease token).
+func TestStdioAnswersEverythingBeforeEOF(t *testing.T) {
+	for i := range 20 {
+		f := newFixture(t)
+		in := strings.Join([]string{
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"sh","version":"1"}}}`,
+			`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+			`{"jsonrpc":"2.0","id":"claim","method":"tools/call","params":{"name":"claim_task","arguments":{"taskId":"t-1","agent":"pipe"}}}`,
+			`{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"list_tasks","arguments":{}}}`,
+			`{"jsonrpc":"2.0","id":4,"method":"no/such/method"}`,
+		}, "\n") + "\n"
+		var out bytes.Buffer
+		must(t, f.srv.ServeStdio(context.Background(), strings.NewReader(in), &out))
+		ids := map[string]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var m struct {
+				ID     json.RawMessage `json:"id"`
+				Result json.RawMessage `json:"result"`
+				Error  json.RawMessage `json:"error"`
+			}
+			must(t, json.Unmarshal([]byte(line), &m))
+			ids[string(m.ID)] = string(m.Result) + string(m.Error)
+		}
+		for _, id := range []string{`1`, `"claim"`, `3`, `4`} {
+			if _, ok := ids[id]; !ok {
+				t.Fatalf("round %d: request %s was not answered; the output:\n%s", i, id, out.String())
+			}
+		}
+		if !strings.Contains(ids[`"claim"`], "leaseToken") {
+			t.Fatalf("round %d: the claim's answer has no lease token: %s", i, ids[`"claim"`])
 		}
 	}
 }

@@ -86,8 +86,10 @@ func (s *Server) MCP() *sdk.Server { return s.mcp }
 
 // ServeStdio serves one session on in/out (the process's stdin and stdout)
 // until the client closes it or ctx ends. Nothing else may write to out.
+// The requests read before the client closed its end are answered first.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	t := &sdk.IOTransport{Reader: io.NopCloser(in), Writer: nopWriteCloser{out}}
+	d := newDrainingIO(ctx, in, out)
+	t := &sdk.IOTransport{Reader: io.NopCloser(d), Writer: nopWriteCloser{d}}
 	err := s.mcp.Run(ctx, t)
 	if err != nil && ctx.Err() != nil {
 		return nil
