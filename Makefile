@@ -31,8 +31,8 @@ test-short: ## unit tests only, skipping the slow ones
 	$(GO) test -short ./...
 
 fuzz: ## run every fuzz target for FUZZTIME (default 10s; `make test` uses 20000x: an execution count has no deadline to race, go.dev/issue/75804)
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for fz in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	@set -e; $(GO) list -f '{{.ImportPath}} {{.Dir}}' ./... | while read -r pkg dir; do \
+	  for fz in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$dir"/*_test.go 2>/dev/null); do \
 	    echo "fuzz $$pkg $$fz"; \
 	    $(GO) test -run '^$$' -fuzz "^$$fz$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \

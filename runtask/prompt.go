@@ -212,7 +212,7 @@ func CheckPrompt(ctx context.Context, opts Options) ([]PromptSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", opts.Task.ID, err)
 	}
-	base, err := resolveBase(ctx, repo, opts.Task.Base)
+	base, err := ResolveBase(ctx, repo, opts.Task.Base)
 	if err != nil {
 		return nil, fmt.Errorf("task %s: %w", opts.Task.ID, err)
 	}

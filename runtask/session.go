@@ -396,7 +396,7 @@ func (r *runner) startState(ctx context.Context, mode runMode) error {
 	t, st := r.task, r.state
 	switch mode {
 	case modeNew:
-		base, err := resolveBase(ctx, r.repo, t.Base)
+		base, err := ResolveBase(ctx, r.repo, t.Base)
 		if err != nil {
 			return err
 		}

@@ -47,8 +47,8 @@ func ResolveRepo(repo, workspace string, cfg conductor.Config) (patch.Git, error
 	return patch.Git{}, fmt.Errorf("workspace %q: no repository found; tried %s; pass --repo DIR", workspace, strings.Join(tried, ", "))
 }
 
-// resolveBase turns the task's base (default HEAD) into a commit id.
-func resolveBase(ctx context.Context, repo patch.Git, base string) (string, error) {
+// ResolveBase turns a task's base (default HEAD) into a commit id of repo.
+func ResolveBase(ctx context.Context, repo patch.Git, base string) (string, error) {
 	if base == "" {
 		// The repository's HEAD, read in process: every task without a
 		// base asks this (a branch always holds a commit).

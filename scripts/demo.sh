@@ -4,7 +4,8 @@
 # the policy checks and the gate, a merge decision, a dry-run landing, the
 # landing, the audit of the landed commit and its record, the seed
 # orchestrator's role_dispatch job from the embedded queue, and (with pi
-# installed) the pi agent as the worker. Everything lives in a fresh
+# installed) the pi agent as the worker, and an agent outside conductor
+# claiming and completing a task through MCP. Everything lives in a fresh
 # folder under /tmp, linked as demo-out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -112,5 +113,39 @@ if [ "$sandbox" != none ] && "$bin" doctor --json 2>/dev/null | tr -d ' \n' | gr
 else
   echo "skipped: pi is not installed here (make pi), or there is no bwrap sandbox; conductor doctor says which" >&2
 fi
+
+say "8. an agent outside conductor takes a task through MCP (conductor mcp, JSON-RPC on stdio): claim, work, complete"
+# Any MCP client can do this (an IDE agent, Claude Code, Cursor); here it is
+# a shell script. The claim gives a run id and a lease token; the completion
+# hands in the outcome, the model alias, the token totals and the patch.
+mkdir -p "$CONDUCTOR_HOME/backlog"
+cat > "$CONDUCTOR_HOME/backlog/t-outside-abs-doc.json" <<'TASK'
+{"taskVersion":1,"id":"t-outside-abs-doc","prompt":"Goal: document mathx.Abs in README.md.","workspace":"demo","capabilities":{"tools":["read","write"]},"session":"outside-agent","timeoutSeconds":600}
+TASK
+mcp() { # mcp TOOL ARGS_JSON: one tools/call in a fresh session; prints the tool's text answer
+  printf '%s\n' \
+    '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"demo-agent","version":"1"}}}' \
+    '{"jsonrpc":"2.0","method":"notifications/initialized"}' \
+    "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"$1\",\"arguments\":$2}}" |
+    WORKER_REPO_ROOT="$out" "$bin" mcp 2>/dev/null | grep '"id":2' | sed 's/.*"text":"\(\([^"\\]\|\\.\)*\)".*/\1/' | sed 's/\\n/\n/g; s/\\"/"/g'
+}
+echo '$ conductor mcp   <<< claim_task {"taskId":"t-outside-abs-doc","agent":"demo-agent"}' >&2
+mcp claim_task '{"taskId":"t-outside-abs-doc","agent":"demo-agent"}' | tee "$out/claim.json"
+mrun="$(sed -n 's/.*"runId": *"\([^"]*\)".*/\1/p' "$out/claim.json" | head -n1)"
+lease="$(sed -n 's/.*"leaseToken": *"\([^"]*\)".*/\1/p' "$out/claim.json" | head -n1)"
+mbase="$(sed -n 's/.*"baseCommit": *"\([^"]*\)".*/\1/p' "$out/claim.json" | head -n1)"
+[ -n "$mrun" ] && [ -n "$lease" ] && [ -n "$mbase" ] || { echo "the claim gave no run id, lease token or base commit" >&2; exit 1; }
+echo "the agent works on the claim's base commit ${mbase:0:12}, in its own clone, and hands in one diff" >&2
+git clone -q "$repo" "$out/agent-clone"
+git -C "$out/agent-clone" checkout -q "$mbase"
+printf '\nmathx.Abs returns the absolute value of an int.\n' >> "$out/agent-clone/README.md"
+patch="$(git -C "$out/agent-clone" diff | awk '{gsub(/\\/,"\\\\"); gsub(/"/,"\\\""); gsub(/\t/,"\\t"); printf "%s\\n", $0}')"
+echo '$ conductor mcp   <<< complete_task {"runId":"'"$mrun"'","leaseToken":"…","outcome":"succeeded","modelAlias":"demo-agent-model",…,"patch":"…"}' >&2
+mcp complete_task "{\"runId\":\"$mrun\",\"leaseToken\":\"$lease\",\"outcome\":\"succeeded\",\"modelAlias\":\"demo-agent-model\",\"promptTokens\":1200,\"completionTokens\":80,\"totalTokens\":1280,\"summary\":\"README documents Abs\",\"patch\":\"$patch\"}" | tee "$out/complete.json"
+grep -q '"patchId"' "$out/complete.json" || { echo "the completion was not recorded" >&2; exit 1; }
+run "$bin" runs show "$mrun"
+run "$bin" events --run "$mrun"
+echo "the same review takes it (and landing after a decision): the work commit is made from the base and the patch" >&2
+run "$bin" review "$mrun" --sandbox "$sandbox" | tail -n 12
 
 say "done: main moved ${before:0:12} -> ${after:0:12}; the record of every step is under $CONDUCTOR_HOME"

@@ -8,6 +8,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/mcp"
+	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/runtask"
 )
 
 func newMCPCmd(d *deps) *cli.Command {
@@ -56,6 +58,7 @@ func newMCPCmd(d *deps) *cli.Command {
 			srv, err := mcp.New(mcp.Options{
 				Store: st, RunsDir: cfg.RunsDir(), BacklogDir: backlog, DefaultLease: c.Duration("lease"),
 				Version: version, Now: d.Now, Log: d.Log,
+				Repo: func(workspace string) (patch.Git, error) { return runtask.ResolveRepo("", workspace, cfg) },
 			})
 			if err != nil {
 				return err

@@ -255,3 +255,107 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestScriptMCP(t *testing.T) {
 	testscript.Run(t, scriptParams("mcp", nil))
 }
+
+// TestMCPWorkIsReviewable: an outside agent's work takes the same path as a
+// conductor worker's. The claim names the base commit of the workspace's
+// repository; a patch that does not apply there is refused and nothing is
+// recorded; the patch that applies is completed, and `conductor review`
+// takes the run (the work commit it makes has the patch-id the completion
+// recorded).
+func TestMCPWorkIsReviewable(t *testing.T) {
+	root := mcpDataRoot(t)
+	repos := filepath.Join(root, "repos")
+	repo := filepath.Join(repos, "default")
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(repo, "init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "Makefile"), []byte("test:\n\ttest -s README.md\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(repo, "add", "README.md", "Makefile")
+	git(repo, "commit", "-qm", "start")
+	head := git(repo, "rev-parse", "HEAD")
+
+	ctx := context.Background()
+	cmd := conductorCmd(t, root, "mcp")
+	cmd.Env = append(cmd.Env, "WORKER_REPO_ROOT="+repos)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "outside", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect: %v\n%s", err, stderr.String())
+	}
+	defer cs.Close()
+	var c struct {
+		mcpClaim
+		BaseCommit string `json:"baseCommit"`
+	}
+	if ok, text := callTool(t, cs, "claim_task", map[string]any{"taskId": "t-mcp", "agent": "outside"}, &c); !ok {
+		t.Fatalf("claim: %s", text)
+	}
+	if c.BaseCommit != head {
+		t.Fatalf("claim's baseCommit %q, want the workspace HEAD %s", c.BaseCommit, head)
+	}
+	complete := func(diff string) (bool, string) {
+		return callTool(t, cs, "complete_task", map[string]any{"runId": c.RunID, "leaseToken": c.LeaseToken,
+			"outcome": "succeeded", "modelAlias": "ide-agent", "totalTokens": 9, "patch": diff}, nil)
+	}
+	stale := "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-goodbye\n+hello, world\n"
+	if ok, text := complete(stale); ok || !strings.Contains(text, "refused (patch-does-not-apply)") {
+		t.Fatalf("a patch that does not apply: ok=%v %q", ok, text)
+	}
+	st, err := bus.Open(ctx, bus.Options{DataRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := st.GetRun(ctx, c.RunID)
+	st.Close()
+	if err != nil || run.Status != "running" || run.PatchID != "" {
+		t.Fatalf("after the refusal the run is %+v, %v: want it still running, with no patch", run, err)
+	}
+
+	clone := filepath.Join(root, "clone")
+	git(root, "clone", "-q", repo, clone)
+	if err := os.WriteFile(filepath.Join(clone, "README.md"), []byte("hello, world\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, text := complete(git(clone, "diff") + "\n"); !ok {
+		t.Fatalf("complete: %s", text)
+	}
+	cs.Close()
+
+	rev := conductorCmd(t, root, "review", c.RunID, "--sandbox", "none", "--json")
+	var revErr bytes.Buffer
+	rev.Stderr = &revErr
+	out, err := rev.Output()
+	if err != nil {
+		t.Fatalf("conductor review %s: %v\n%s%s", c.RunID, err, out, revErr.String())
+	}
+	var rep struct {
+		Base    string `json:"base"`
+		PatchID string `json:"patchId"`
+		Files   []struct {
+			Path string `json:"path"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("review output: %v\n%s", err, out)
+	}
+	if rep.Base != head || rep.PatchID == "" || len(rep.Files) != 1 || rep.Files[0].Path != "README.md" {
+		t.Fatalf("review report %+v\n%s", rep, out)
+	}
+}

@@ -10,9 +10,10 @@ import (
 // Refusal codes of conductor mcp (besides the store's); docs/refusals.md
 // lists them. Each changes nothing.
 const (
-	CodeTaskNotFound     = "task-not-found"
-	CodeRunNotRunning    = "run-not-running"
-	CodeListenNeedsToken = "listen-needs-token"
+	CodeTaskNotFound      = "task-not-found"
+	CodeRunNotRunning     = "run-not-running"
+	CodePatchDoesNotApply = refusal.PatchDoesNotApply
+	CodeListenNeedsToken  = "listen-needs-token"
 )
 
 // toolError is what an agent reads when a tool says no: the refusal's code,

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
 )
 
 // Options configures the server. Store, RunsDir and BacklogDir are
@@ -24,6 +25,12 @@ type Options struct {
 	// BacklogDir holds the backlog: one task file (taskVersion 1) per
 	// *.json file; its id is what claim_task takes.
 	BacklogDir string
+	// Repo finds the repository of a task's workspace (runtask.ResolveRepo
+	// with the resolved configuration). With it a claim records the
+	// repository and base commit the work starts from, and a completion's
+	// patch must apply there: review and landing take such a run as they
+	// take a conductor worker's. nil: claims record neither.
+	Repo func(workspace string) (patch.Git, error)
 	// DefaultLease is the lease of a claim that names none (default 30m).
 	DefaultLease time.Duration
 	Version      string

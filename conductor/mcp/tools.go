@@ -47,6 +47,10 @@ type claimOut struct {
 	Renewed       bool         `json:"renewed"`
 	ReclaimedFrom *bus.Lease   `json:"reclaimedFrom,omitempty"`
 	Task          runtask.Task `json:"task"`
+	// BaseCommit is the commit the work starts from (the task's base, else
+	// the workspace repository's HEAD, when claimed): complete_task's patch
+	// must apply to it. Empty when the workspace has no repository here.
+	BaseCommit string `json:"baseCommit,omitempty"`
 }
 
 // ---- complete_task ----
@@ -245,19 +249,62 @@ func (s *Server) claimTask(ctx context.Context, _ *sdk.CallToolRequest, in claim
 	if err != nil {
 		return nil, claimOut{}, explain(err)
 	}
+	dir := s.runDir(res.Lease.RunID)
+	var repo, base string
 	if !res.Renewed {
-		// The run folder: the task as dispatched and a running receipt.
-		dir := s.runDir(res.Lease.RunID)
+		// The run folder: the task as dispatched and a running receipt
+		// naming where the work starts.
+		repo, base = s.workBase(ctx, t.Task)
 		if err := runrec.WriteFileAtomic(dir.Path(runrec.TaskFile), t.Body, 0o644); err != nil {
 			s.o.Log.Warn("run folder not written; the store is the record", "run", res.Lease.RunID, "err", err)
 		} else if err := dir.WriteResult(runrec.Result{RunID: res.Lease.RunID, TaskID: t.Task.ID, Session: cmp.Or(t.Task.Session, agent),
 			Role: t.Task.Role, Workspace: t.Task.Workspace, Status: runrec.StatusRunning, ModelAlias: t.Task.Model,
-			StartedAt: res.Lease.ClaimedAt, FilesChanged: []string{}}); err != nil {
+			Repo: repo, BaseCommit: base, StartedAt: res.Lease.ClaimedAt, FilesChanged: []string{}}); err != nil {
 			s.o.Log.Warn("run receipt not written; the store is the record", "run", res.Lease.RunID, "err", err)
 		}
+	} else if r, err := dir.ReadResult(); err == nil {
+		base = r.BaseCommit
 	}
 	return nil, claimOut{TaskID: t.Task.ID, RunID: res.Lease.RunID, LeaseToken: token, Holder: res.Lease.Holder,
-		ExpiresAt: res.Lease.ExpiresAt, Renewed: res.Renewed, ReclaimedFrom: res.Expired, Task: t.Task}, nil
+		ExpiresAt: res.Lease.ExpiresAt, Renewed: res.Renewed, ReclaimedFrom: res.Expired, Task: t.Task, BaseCommit: base}, nil
+}
+
+// workBase is the repository and base commit a claimed task's work starts
+// from; both empty when the workspace has no repository here (the claim
+// still holds: the work is then reviewed elsewhere).
+func (s *Server) workBase(ctx context.Context, t runtask.Task) (repo, base string) {
+	if s.o.Repo == nil {
+		return "", ""
+	}
+	g, err := s.o.Repo(t.Workspace)
+	if err == nil {
+		base, err = runtask.ResolveBase(ctx, g, t.Base)
+	}
+	if err != nil {
+		s.o.Log.Warn("claim records no base commit: review needs one", "task", t.ID, "err", err)
+		return "", ""
+	}
+	return g.CommonDir(), base
+}
+
+// checkApplies refuses a patch that does not apply to the base commit the
+// run's claim recorded (nothing is recorded then; the objects the check
+// wrote are unreferenced, left to git gc).
+func (s *Server) checkApplies(ctx context.Context, runID, diff string) error {
+	res, err := s.runDir(runID).ReadResult()
+	if err != nil || res.Repo == "" || res.BaseCommit == "" || res.Status != runrec.StatusRunning {
+		return nil // no base to check against, or completed before: the store decides
+	}
+	g, err := patch.OpenRepo(res.Repo)
+	if err != nil {
+		return fmt.Errorf("complete_task: the run's repository %s: %w (nothing was recorded)", res.Repo, err)
+	}
+	if _, err := patch.Apply(ctx, patch.ApplyOptions{Repo: g, Base: res.BaseCommit, Patch: strings.NewReader(diff)}); err != nil {
+		return refusal.Newf(CodePatchDoesNotApply,
+			"make the patch against the claim's baseCommit (git diff "+patch.Short(res.BaseCommit)+"), or claim the task again for a fresh base",
+			"the patch does not apply to the run's base commit %s: %v", patch.Short(res.BaseCommit), err)
+	}
+	return nil
 }
 
 func (s *Server) completeTask(ctx context.Context, _ *sdk.CallToolRequest, in completeIn) (*sdk.CallToolResult, completeOut, error) {
@@ -268,6 +315,9 @@ func (s *Server) completeTask(ctx context.Context, _ *sdk.CallToolRequest, in co
 			return nil, completeOut{}, explain(fmt.Errorf("complete_task: patch: %w (nothing was recorded)", err))
 		}
 		patchID = id
+		if err := s.checkApplies(ctx, in.RunID, in.Patch); err != nil {
+			return nil, completeOut{}, explain(err)
+		}
 	}
 	md := map[string]any{"via": "mcp"}
 	if in.Commit != "" {

@@ -77,6 +77,7 @@ const (
 	RunNotLeased      Code = "run-not-leased"
 	CompletionDiffers Code = "completion-differs"
 	RunNotRunning     Code = "run-not-running"
+	PatchDoesNotApply Code = "patch-does-not-apply"
 	ListenNeedsToken  Code = "listen-needs-token"
 
 	// Record (`conductor record`, `conductor land --record`)
@@ -141,6 +142,7 @@ var Catalogue = []Code{
 	RunNotLeased,
 	CompletionDiffers,
 	RunNotRunning,
+	PatchDoesNotApply,
 	ListenNeedsToken,
 	RecordNotLanded,
 	RecordStatusMalformed,
