@@ -299,10 +299,10 @@ func (s *Server) checkApplies(ctx context.Context, runID, diff string) error {
 	if err != nil {
 		return fmt.Errorf("complete_task: the run's repository %s: %w (nothing was recorded)", res.Repo, err)
 	}
-	if _, err := patch.Apply(ctx, patch.ApplyOptions{Repo: g, Base: res.BaseCommit, Patch: strings.NewReader(diff)}); err != nil {
+	if _, err := patch.ApplyToBase(ctx, g, res.BaseCommit, []byte(diff)); err != nil {
 		return refusal.Newf(CodePatchDoesNotApply,
 			"make the patch against the claim's baseCommit (git diff "+patch.Short(res.BaseCommit)+"), or claim the task again for a fresh base",
-			"the patch does not apply to the run's base commit %s: %v", patch.Short(res.BaseCommit), err)
+			"%v (the base commit the claim named)", err)
 	}
 	return nil
 }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,7 +40,7 @@ func makeWorkCommit(ctx context.Context, g patch.Git, res runrec.Result, base, r
 		wc.oldTip = tip
 	}
 
-	tree, err := applyToBase(ctx, g, base, diff)
+	tree, err := patch.ApplyToBase(ctx, g, base, diff)
 	if err != nil {
 		return wc, err
 	}
@@ -73,29 +71,6 @@ func makeWorkCommit(ctx context.Context, g patch.Git, res runrec.Result, base, r
 	}
 	wc.commit = strings.TrimSpace(string(id))
 	return wc, nil
-}
-
-// applyToBase applies diff to base's tree in a temporary index and returns
-// the resulting tree id.
-func applyToBase(ctx context.Context, g patch.Git, base string, diff []byte) (string, error) {
-	tmp, err := os.MkdirTemp("", "conductor-review-index-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	ig := g.WithEnv("GIT_INDEX_FILE=" + filepath.Join(tmp, "index"))
-	ig.Config = append(ig.Config, "core.attributesFile=/dev/null", "apply.whitespace=nowarn")
-	if _, err := ig.Run(ctx, "read-tree", base); err != nil {
-		return "", fmt.Errorf("read the base tree: %w", err)
-	}
-	if _, err := ig.RunInput(ctx, bytes.NewReader(diff), "apply", "--cached", "--binary", "--whitespace=nowarn", "-p1", "-"); err != nil {
-		return "", fmt.Errorf("the run's patch does not apply to its base %s: %w", patch.Short(base), err)
-	}
-	tree, err := ig.Line(ctx, "write-tree")
-	if err != nil {
-		return "", fmt.Errorf("write the tree: %w", err)
-	}
-	return tree, nil
 }
 
 func commitMessage(res runrec.Result) string {
