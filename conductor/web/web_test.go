@@ -265,7 +265,7 @@ func TestPages(t *testing.T) {
 			patchIDA, "files touched", "policy: paths allowed", "conductor-review", e.open.ID, "a note would never be delivered"}},
 		{"/runs/r-live", []string{"Make the answer 42.", `name="text"`, "Add note", `data-offset="`}},
 		{"/decisions", []string{e.open.ID, "work/answer", "lib/util.go", "+1", "review record", patchIDA, `data-option="merge"`, `data-option="reject"`,
-			"as alice", e.done.ID, "carol", "333333333333", "land --dry-run"}},
+			"as alice", e.done.ID, "carol", "333333333333", "conductor land " + e.open.ID + " --preview"}},
 		{"/queue", []string{"tasks", "1 queued", "st-queued"}},
 		{"/landed", []string{"3333333333333333333333333333333333333333", e.done.ID, "carol", "passed: go test", "not audited here"}},
 		{"/login", []string{"Operator token"}},
