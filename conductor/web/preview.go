@@ -44,6 +44,9 @@ type PreviewGate struct {
 // Would says the preview would land.
 func (p Preview) Would() bool { return p.Refusal == nil && p.Status == "preview" }
 
+// Subject is the first line of the commit message it would write.
+func (p Preview) Subject() string { return firstLine(p.Message) }
+
 // maxPreviews bounds the previews kept (the oldest finished go first).
 const maxPreviews = 256
 
@@ -58,6 +61,7 @@ type previews struct {
 // previewRun is one preview of one decision.
 type previewRun struct {
 	Decision string
+	RunID    string // the run the decision's work came from
 	By       string // the operator who asked
 	Started  time.Time
 	Finished time.Time // zero: still running
@@ -153,7 +157,7 @@ func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tip, _ := s.cachedTip(r.Context(), d, true)
-	run, ok := s.prev.start(previewRun{Decision: d.ID, By: who.operator, Started: s.o.Now(), Against: tip})
+	run, ok := s.prev.start(previewRun{Decision: d.ID, RunID: d.RunID, By: who.operator, Started: s.o.Now(), Against: tip})
 	if !ok {
 		s.fail(w, r, http.StatusConflict, fmt.Sprintf("refused: a preview of %s is already running (started by %s at %s): its result appears on the decisions page when it ends — nothing new was started",
 			d.ID, run.By, run.Started.UTC().Format("15:04:05Z")))
@@ -190,6 +194,21 @@ func (s *Server) runPreview(run previewRun) {
 	}
 	run.Finished = s.o.Now()
 	s.o.Log.Info("serve: landing preview finished", "decision", run.Decision, "status", res.Status, "err", run.Err)
+	// The one row a preview writes: the lifecycle event saying who ran
+	// worker code through this page, and what it said.
+	md := map[string]any{"decision": run.Decision, "status": cmpOr(res.Status, "error"), "target": res.Target, "tip": run.Against}
+	if res.Refusal != nil {
+		md["code"] = string(res.Refusal.Code)
+	}
+	if res.PatchID != "" {
+		md["patchId"] = res.PatchID
+	}
+	if run.Err != "" {
+		md["error"] = run.Err
+	}
+	if err := bus.Emit(s.bg, s.o.Store, bus.EventLandPreviewed, run.RunID, "", run.By, md); err != nil {
+		s.o.Log.Warn("serve: lifecycle event not recorded", "kind", bus.EventLandPreviewed, "err", err)
+	}
 	s.prev.finish(run)
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
@@ -171,6 +172,12 @@ func TestPreview(t *testing.T) {
 	if dec, err := e.store.GetDecision(ctx, id); err != nil || !reflect.DeepEqual(dec, dec0) || !dec.Open() {
 		t.Fatalf("the preview changed the decision row: %+v (%v), was %+v", dec, err, dec0)
 	}
+	// What it did wrote one lifecycle event: who, and what it said.
+	evs := previewEvents(t, e.store)
+	if len(evs) != 1 || evs[0].Actor != "alice" || !strings.Contains(string(evs[0].Metadata), `"status":"preview"`) ||
+		!strings.Contains(string(evs[0].Metadata), `"decision":"`+id+`"`) || !strings.Contains(string(evs[0].Metadata), rep.PatchID) {
+		t.Fatalf("land_previewed events: %+v", evs)
+	}
 
 	// The target moves: the preview says it is stale, and the tip it saw.
 	gitT(t, e.repo, "commit", "-q", "--allow-empty", "-m", "elsewhere")
@@ -191,6 +198,22 @@ func TestPreview(t *testing.T) {
 		t.Fatal("a refused preview changed something")
 	}
 	wantIn(t, w.get(tab2, "/decisions"), http.StatusOK, "No open decisions.")
+	if n := len(previewEvents(t, e.store)); n != 1 {
+		t.Fatalf("%d land_previewed events after refused previews, want the one that ran", n)
+	}
+}
+
+func previewEvents(t *testing.T, s bus.Store) []bus.Event {
+	t.Helper()
+	all, err := s.(bus.AgentStore).ListEvents(context.Background(), bus.EventFilter{})
+	must(t, err)
+	var out []bus.Event
+	for _, ev := range all {
+		if ev.Kind == bus.EventLandPreviewed {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // waitPage polls /decisions until it contains want (the deadline is only
