@@ -187,6 +187,13 @@ func (f *fixture) commit(ref, parent string, files map[string]string, msg string
 // and a resolved merge decision. It returns the decision id and the commit.
 func (f *fixture) approved(name string, files map[string]string) (string, string) {
 	f.t.Helper()
+	return f.approvedWith(name, files, bus.OptionMerge)
+}
+
+// approvedWith is approved with the decision resolved with option ("":
+// left open).
+func (f *fixture) approvedWith(name string, files map[string]string, option string) (string, string) {
+	f.t.Helper()
 	ctx := context.Background()
 	base := f.rev("refs/heads/main")
 	runID := "run-" + name
@@ -202,7 +209,7 @@ func (f *fixture) approved(name string, files map[string]string) (string, string
 		Verdict: bus.VerdictApprove, Reviewer: "rev"}); err != nil {
 		f.t.Fatal(err)
 	}
-	return f.decide(name, c, "main", runID, bus.OptionMerge), c
+	return f.decide(name, c, "main", runID, option), c
 }
 
 func (f *fixture) decide(name, commit, target, runID, option string) string {

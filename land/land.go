@@ -80,6 +80,8 @@ type Options struct {
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
+
+	preview *preview // set by Preview (preview.go): the decision is open
 }
 
 // Outcome statuses.
@@ -271,6 +273,11 @@ func readDecision(ctx context.Context, o *Options) (bus.Decision, string, error)
 		return d, "", fmt.Errorf("read decision: %w", err)
 	}
 	o.Fault("decision")
+	if o.preview != nil {
+		if d, err = o.preview.decision(d, o.Rules); err != nil {
+			return d, "", err
+		}
+	}
 	if d.Open() {
 		return d, "", refusal.New("decision-not-resolved",
 			fmt.Sprintf("decision %s is still open", d.ID),

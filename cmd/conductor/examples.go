@@ -100,6 +100,7 @@ var examples = map[string][]string{
 	},
 	"land": {
 		"conductor land DECISION --dry-run",
+		"conductor land DECISION --preview",
 		"conductor land DECISION",
 		"conductor land DECISION --close-issue 42",
 	},

@@ -25,7 +25,7 @@ func newLandCmd(d *deps) *cli.Command {
 		Name:      "land",
 		Usage:     "land a resolved merge decision as one gated local commit",
 		ArgsUsage: "DECISION",
-		UsageText: "conductor land DECISION [--dry-run] [--json] [--roles DIR] [--worktree]",
+		UsageText: "conductor land DECISION [--dry-run | --preview] [--json] [--roles DIR] [--worktree]",
 		Description: "Reads the decision, its raise and the latest verdict from the bus store and checks, each\n" +
 			"refusing with a named code (exit 3, nothing changed; see docs/refusals.md): the decision is\n" +
 			"resolved with the merge option, the latest verdict approves exactly the raised commit, the work\n" +
@@ -37,9 +37,16 @@ func newLandCmd(d *deps) *cli.Command {
 			"files: then a scratch worktree of the landing's own under the data root is made and removed (never\n" +
 			"a worktree of the worker pool: what a gate leaves must not reach a later task). A worktree that has the\n" +
 			"target checked out is moved along (refused when it has local changes). Landing a landed decision\n" +
-			"again says so and exits 0. Nothing is pushed.",
+			"again says so and exits 0. Nothing is pushed.\n\n" +
+			"--preview is --dry-run for a decision that is still OPEN (before anyone chose merge or reject): every\n" +
+			"check, the squash, the patch-id binding and the gate in the sandbox, as if the decision were resolved\n" +
+			"with merge now by --by NAME (default $USER). It changes nothing (the decision stays open) and says\n" +
+			"\"decision D is still OPEN\" above what it would land; --json prints status \"preview\". A resolved decision\n" +
+			"is refused (decision-already-resolved: --dry-run is its preview).",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "dry-run", Usage: "do every check, the squash and the gate; commit nothing, record nothing"},
+			&cli.BoolFlag{Name: "preview", Usage: "a dry run of a decision that is still open, as if merged now (commits nothing, leaves the decision open)"},
+			&cli.StringFlag{Name: "by", Usage: "with --preview: who the preview answers merge as, in the message it shows (default $USER, else operator)"},
 			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (env CONDUCTOR_GATE_SANDBOX, else WORKER_SANDBOX; default: auto; the gate runs worker-written code)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
@@ -51,6 +58,15 @@ func newLandCmd(d *deps) *cli.Command {
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return usagef("land takes one DECISION, got %d arguments", c.NArg())
+			}
+			if c.Bool("preview") {
+				for _, f := range []string{"record", "close-issue", "dry-run"} {
+					if c.IsSet(f) {
+						return usagef("--preview is a dry run of an open decision: --%s cannot go with it", f)
+					}
+				}
+			} else if c.IsSet("by") {
+				return usagef("--by goes with --preview (a landing's decider is who resolved the decision)")
 			}
 			return landAction(c, d)
 		},
@@ -89,7 +105,8 @@ func landAction(c *cli.Context, d *deps) (err error) {
 	// is refused (issue-not-found) with nothing changed, not found after
 	// the commit exists.
 	var f *forge.Gitea
-	if issue > 0 && !c.Bool("dry-run") {
+	dry := c.Bool("dry-run") || c.Bool("preview")
+	if issue > 0 && !dry {
 		if f, err = d.openForge(c, patch.Git{GitDir: repo}); err != nil {
 			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
 		}
@@ -97,12 +114,12 @@ func landAction(c *cli.Context, d *deps) (err error) {
 			return fmt.Errorf("land %s: --close-issue %d: %w (nothing landed)", id, issue, err)
 		}
 	}
-	out, err := land.Run(ctx, land.Options{
+	lo := land.Options{
 		Sandbox:    sb,
 		Store:      store,
 		Rules:      pol.Landing(),
 		DecisionID: id,
-		DryRun:     c.Bool("dry-run"),
+		DryRun:     dry,
 		DataRoot:   cfg.DataRoot,
 		Committer:  landCommitter(ctx, d, cfg, repo),
 		Now:        d.Now,
@@ -110,7 +127,13 @@ func landAction(c *cli.Context, d *deps) (err error) {
 		Worktree:   c.Bool("worktree"),
 		Log:        d.Log,
 		Fault:      faultInjector(d.Getenv, "land"),
-	})
+	}
+	var out land.Outcome
+	if c.Bool("preview") {
+		out, err = land.Preview(ctx, lo, d.busWho(c.String("by")))
+	} else {
+		out, err = land.Run(ctx, lo)
+	}
 	// What was landed, or refused (nothing changed), is printed; another
 	// error is only the error.
 	var rf *refusal.Refusal
@@ -119,11 +142,11 @@ func landAction(c *cli.Context, d *deps) (err error) {
 			err = perr
 		}
 	}
-	if err == nil && out.Status == land.StatusLanded && !c.Bool("dry-run") {
+	if err == nil && out.Status == land.StatusLanded && !dry {
 		d.emit(c, bus.EventLanded, landRunID(ctx, store, id), "", "conductor", map[string]any{"decision": id, "commit": out.Commit, "target": out.Target, "patchId": out.PatchID})
 		refreshWarmCache(c, d, repo, out.Commit) // the target moved: the next gates start from its tip
 	}
-	if err == nil && c.Bool("record") && !c.Bool("dry-run") && (out.Status == land.StatusLanded || out.Status == land.StatusAlreadyLanded) {
+	if err == nil && c.Bool("record") && !dry && (out.Status == land.StatusLanded || out.Status == land.StatusAlreadyLanded) {
 		defer func() {
 			if err == nil { // the landing and its issue first; then the record (its issue: land's)
 				err = recordAction(c, d, id, -1)
@@ -162,10 +185,20 @@ func renderLandOutcome(w io.Writer, asJSON bool, out land.Outcome) error {
 		_, err = fmt.Fprintf(w, "landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
 	case land.StatusAlreadyLanded:
 		_, err = fmt.Fprintf(w, "already landed %s as %s on %s\n", out.Decision, out.Commit, out.Target)
-	case land.StatusDryRun:
-		_, err = fmt.Fprintf(w, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n  message\n%s\n",
-			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files),
-			indentLines(out.Message, "    "))
+	case land.StatusDryRun, land.StatusPreview:
+		if out.Status == land.StatusPreview {
+			if _, err = fmt.Fprintf(w, "preview: decision %s is still OPEN (nothing is decided); if it were merged now:\n", out.Decision); err != nil {
+				return err
+			}
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n",
+			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files))
+		for _, g := range out.Gate {
+			fmt.Fprintf(&b, "  gate     %s passed (%.1fs)\n", g.Name, g.Seconds)
+		}
+		fmt.Fprintf(&b, "  message\n%s\n", indentLines(out.Message, "    "))
+		_, err = io.WriteString(w, b.String())
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch"
@@ -29,7 +32,9 @@ func newServeCmd(d *deps) *cli.Command {
 			"with it in the browser (the session's CSRF token guards every form) or send\n" +
 			"Authorization: Bearer TOKEN. The token's name is recorded as who decided. Tokens come from\n" +
 			"--token-file (name:token lines) or from $CONDUCTOR_SERVE_TOKEN with --operator NAME; they are\n" +
-			"never shown. Landing stays `conductor land`'s act.",
+			"never shown. Landing stays `conductor land`'s act; an open decision's \"Preview landing\" button (a\n" +
+			"mutation: token and CSRF) runs `conductor land DECISION --preview` in the background (the checks, the\n" +
+			"squash, the patch-id binding and the gate in the gate sandbox; it changes nothing) and shows its result.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "listen", Value: "127.0.0.1:8377", Usage: "`HOST:PORT` to listen on (a non-loopback host needs a token)", EnvVars: []string{"CONDUCTOR_SERVE_LISTEN"}},
 			&cli.StringFlag{Name: "token-file", Usage: "operator tokens, one `FILE` line of name:token each", EnvVars: []string{"CONDUCTOR_SERVE_TOKEN_FILE"}},
@@ -67,6 +72,7 @@ func newServeCmd(d *deps) *cli.Command {
 				Poll:        c.Duration("poll"),
 				Pools:       func(ctx context.Context) ([]web.Pool, error) { return servePools(ctx, cfg) },
 				Audit:       serveAudit(st),
+				Preview:     servePreview(c, d, st, cfg),
 				Secrets:     serveSecrets(os.Environ()),
 				Log:         d.Log,
 				Now:         d.Now,
@@ -131,6 +137,43 @@ func serveAudit(st land.AuditStore) func(ctx context.Context, repo, commit strin
 		}
 		return a, nil
 	}
+}
+
+// servePreview runs `conductor land DECISION --preview` for the decision
+// card's button: the policy committed on the target, the gate sandbox the
+// configuration names (default: auto; never none unless configured), the
+// operator who clicked as who would choose merge. It changes nothing.
+func servePreview(c *cli.Context, d *deps, st bus.Store, cfg conductor.Config) func(ctx context.Context, id, operator string) (web.Preview, error) {
+	return func(ctx context.Context, id, operator string) (web.Preview, error) {
+		dec, err := st.GetDecision(ctx, id)
+		if err != nil && !errors.Is(err, bus.ErrNotFound) {
+			return web.Preview{}, err
+		}
+		pol, err := enforcedPolicy(ctx, "", dec.Repo, "refs/heads/"+strings.TrimPrefix(dec.Target, "refs/heads/"))
+		if err != nil {
+			return web.Preview{}, err
+		}
+		var sb sandbox.Sandbox
+		if name := cmp.Or(cfg.GateSandbox, cfg.Sandbox); name != "" && len(pol.Landing().Gate()) > 0 {
+			if sb, err = d.openSandbox(c, name, ""); err != nil {
+				return web.Preview{}, err
+			}
+			defer closeSandbox(d, sb)
+		}
+		out, err := land.Preview(ctx, land.Options{Sandbox: sb, Store: st, Rules: pol.Landing(), DecisionID: id,
+			DataRoot: cfg.DataRoot, Now: d.Now, Getenv: d.Getenv, Log: d.Log}, operator)
+		return webPreview(out), err
+	}
+}
+
+// webPreview is a preview's outcome as the web view shows it.
+func webPreview(out land.Outcome) web.Preview {
+	p := web.Preview{Status: out.Status, Target: out.Target, Parent: out.Parent, Tree: out.Tree, ReviewedCommit: out.ReviewedCommit,
+		PatchID: out.PatchID, Mode: out.Mode, Message: out.Message, Files: out.Files, Refusal: out.Refusal}
+	for _, g := range out.Gate {
+		p.Gate = append(p.Gate, web.PreviewGate{Name: g.Name, OK: g.OK, Seconds: g.Seconds, TimedOut: g.TimedOut, Tail: g.Tail})
+	}
+	return p
 }
 
 // serveSecrets are the values of the variables of the conductor's own

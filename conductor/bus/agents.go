@@ -41,6 +41,7 @@ const (
 	EventReviewed         = "reviewed"       // a verdict was recorded
 	EventDecisionResolved = "decision_resolved"
 	EventLanded           = "landed"
+	EventLandPreviewed    = "land_previewed" // serve ran land --preview of an open decision (it changed nothing)
 	EventPROpened         = "pr_opened"
 )
 

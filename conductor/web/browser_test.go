@@ -21,7 +21,6 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/queue"
-	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
@@ -185,20 +184,7 @@ func TestBrowser(t *testing.T) {
 	ctx := context.Background()
 
 	// A finished run, reviewed, approved, a merge decision raised.
-	done, err := e.run(ctx, "s-done", nil,
-		fakellm.Turn{Name: "read", ToolCalls: []fakellm.ToolCall{{ID: "call_1", Name: "read_file", Arguments: args(t, map[string]any{"path": "lib/util.go"})}}},
-		fakellm.Turn{Name: "write", ToolCalls: []fakellm.ToolCall{{ID: "call_2", Name: "write_file", Arguments: args(t, map[string]any{"path": "lib/util.go", "content": "package lib\n\nconst Answer = 42\n"})}}},
-		fakellm.Turn{Name: "done", Content: "The answer is 42 now.", Usage: &fakellm.Usage{PromptTokens: 120, CompletionTokens: 30, TotalTokens: 150}})
-	must(t, err)
-	if done.Status != runrec.StatusSucceeded {
-		t.Fatalf("scripted run: %s (%s)", done.Status, done.Error)
-	}
-	rep, err := review.Run(ctx, review.Options{Store: e.store, Policy: e.pol, RunDir: runrec.Dir(e.cfg.RunDir(done.RunID)),
-		Approve: true, Raise: "main", Reviewer: "conductor-review", Sandbox: e.sb, ScratchDir: t.TempDir(), Getenv: e.getenv})
-	must(t, err)
-	if rep.Decision == nil {
-		t.Fatalf("review raised no decision: %+v", rep)
-	}
+	done, rep := e.reviewed(ctx)
 	decision := rep.Decision.ID
 
 	// A run in progress: held before its second model turn.
@@ -250,8 +236,10 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("model slot: %v %v", ok, err)
 	}
 
-	// The server, as `conductor serve` runs it.
-	s, err := web.New(web.Options{Store: e.store, RunsDir: e.cfg.RunsDir(), Listen: "127.0.0.1:0",
+	// The server, as `conductor serve` runs it; its landing previews run
+	// land.Preview with a gate held until the test releases it.
+	release := filepath.Join(t.TempDir(), "release")
+	s, err := web.New(web.Options{Preview: e.preview(gatedRules{Rules: e.pol.Landing(), gate: heldGate(release)}), Store: e.store, RunsDir: e.cfg.RunsDir(), Listen: "127.0.0.1:0",
 		DeadLetters: q, QueueName: q.Name(), ModelSlots: e.store.(queue.SlotStore).SlotsInUse,
 		Operators: []web.Operator{{Name: "alice", Token: aliceToken}}, Poll: 100 * time.Millisecond,
 		Audit: func(ctx context.Context, repo, commit string) (web.Audit, error) {
@@ -270,6 +258,7 @@ func TestBrowser(t *testing.T) {
 	srv.Listener = ln
 	srv.Start()
 	defer srv.Close()
+	defer s.Close() // before the listener closes: a preview still running is cancelled
 	base := srv.URL
 
 	shots := os.Getenv("CONDUCTOR_SCREENSHOTS")
@@ -408,6 +397,38 @@ func TestBrowser(t *testing.T) {
 		if !strings.Contains(card, want) {
 			t.Errorf("the decision card lacks %q:\n%s", want, card)
 		}
+	}
+	// Preview the landing before choosing: the button runs land --preview
+	// (its gate held), the card says it runs, then the result arrives over
+	// SSE, without a reload.
+	previewBtn := fmt.Sprintf(`article[data-decision="%s"] button[data-preview-button="%s"]`, decision, decision)
+	section := fmt.Sprintf(`article[data-decision="%s"] section[data-preview="%s"]`, decision, decision)
+	unchanged := e.state(decision)
+	do("preview",
+		chromedp.Click(chromedp.CSS(previewBtn)),
+		chromedp.WaitVisible(chromedp.CSS(section+`[data-state="running"]`)),
+		until(`document.getElementById("conn").textContent === "live"`),
+		chromedp.Evaluate[chromedp.Void](`window.previewMark = "same page"`),
+	)
+	if dis, err := chromedp.Run(bctx, chromedp.Evaluate[bool](fmt.Sprintf(`document.querySelector(%q).disabled`, previewBtn))); err != nil || !dis {
+		t.Errorf("the preview button is not disabled while the preview runs (%v)", err)
+	}
+	must(t, os.WriteFile(release, nil, 0o644))
+	do("see the preview's result arrive",
+		chromedp.WaitVisible(chromedp.CSS(section+`[data-state="would-land"]`)),
+		shot("decision-preview.png"),
+	)
+	if mark, err := chromedp.Run(bctx, chromedp.Evaluate[string](`window.previewMark || ""`)); err != nil || mark != "same page" {
+		t.Errorf("the preview's result came with a reload (%q, %v), not over SSE", mark, err)
+	}
+	pv := text(section)
+	for _, want := range []string{"would land", "gate unit passed", "patch-id binding", rep.PatchID, "against main at", "less than a minute ago"} {
+		if !strings.Contains(pv, want) {
+			t.Errorf("the preview lacks %q:\n%s", want, pv)
+		}
+	}
+	if after := e.state(decision); after != unchanged {
+		t.Fatalf("the preview changed the repository or the store:\nbefore\n%s\nafter\n%s", unchanged, after)
 	}
 	do("merge",
 		chromedp.Click(chromedp.CSS(button)),

@@ -265,7 +265,8 @@ type decisionCard struct {
 	FilesFrom string
 	Added     int64
 	Deleted   int64
-	Problem   string // why something could not be read
+	Problem   string       // why something could not be read
+	Preview   *previewView // the latest landing preview (nil: none)
 }
 
 func (s *Server) decisionCards(ctx context.Context) (open, resolved []decisionCard, err error) {
@@ -320,6 +321,9 @@ func (s *Server) decisionCard(ctx context.Context, d bus.Decision) (decisionCard
 		} else if c.Problem == "" {
 			c.Problem = "diffstat: " + err.Error()
 		}
+	}
+	if d.Open() {
+		c.Preview = s.previewOf(ctx, d)
 	}
 	if c.Files == nil && c.Review != nil {
 		c.Files, c.FilesFrom = c.Review.Files, "review record"
@@ -557,6 +561,7 @@ type gitCache struct {
 	trailers  map[string][]string
 	tasks     map[string]taskInfo
 	audits    map[string]cachedAudit
+	tips      map[string]cachedTipValue // a decision target's tip, for a preview's staleness
 }
 
 type cachedStat struct {

@@ -49,8 +49,13 @@ type Options struct {
 	// Audit checks a landed commit against its receipt (the CLI passes
 	// land.Audit; nil: the Landed page shows the receipt unchecked).
 	Audit func(ctx context.Context, repo, commit string) (Audit, error)
-	Log   *slog.Logger
-	Now   func() time.Time
+	// Preview runs a landing preview of an open decision as the operator
+	// (the CLI passes land.Preview: the dry run as if merged now; it runs
+	// the gate in the sandbox and changes nothing). nil: no preview button.
+	// A refusal is returned as an error wrapping *refusal.Refusal.
+	Preview func(ctx context.Context, decisionID, operator string) (Preview, error)
+	Log     *slog.Logger
+	Now     func() time.Time
 	// Ready, if set, is called with the bound address once listening.
 	Ready func(addr string)
 	// MaxStreams bounds the live connections served at once (default 64).
@@ -71,6 +76,10 @@ type Server struct {
 	streams chan struct{}
 	git     gitCache
 	redact  redactor
+	prev    previews
+	// bg is the server's lifetime: background work (previews) ends with it.
+	bg   context.Context
+	stop context.CancelFunc
 	// readsNeedToken: off loopback, pages need a session or bearer too.
 	readsNeedToken bool
 }
@@ -102,7 +111,7 @@ func New(o Options) (*Server, error) {
 		o:              o,
 		auth:           &auth{ops: o.Operators, now: o.Now, sessions: map[string]session{}},
 		streams:        make(chan struct{}, o.MaxStreams),
-		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}, audits: map[string]cachedAudit{}},
+		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}, audits: map[string]cachedAudit{}, tips: map[string]cachedTipValue{}},
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
 	secrets := slices.Clone(o.Secrets)
@@ -110,6 +119,7 @@ func New(o Options) (*Server, error) {
 		secrets = append(secrets, op.Token)
 	}
 	s.redact = newRedactor(secrets)
+	s.bg, s.stop = context.WithCancel(context.Background())
 	if v, err := bus.ViewsOf(o.Store); err == nil {
 		s.views = v
 	}
@@ -129,6 +139,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	defer s.Close()
 	ln, err := net.Listen("tcp", o.Listen)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -160,6 +171,13 @@ func Run(ctx context.Context, o Options) error {
 		srv.Close()
 	}
 	return ctx.Err()
+}
+
+// Close ends the server's background work (a running preview is
+// cancelled: its gate is killed) and waits for it.
+func (s *Server) Close() {
+	s.stop()
+	s.prev.wg.Wait()
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -202,6 +220,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /runs/{id}/notes", s.addNote)
 	m.HandleFunc("GET /decisions", s.page("decisions"))
 	m.HandleFunc("POST /decisions/{id}/resolve", s.resolve)
+	m.HandleFunc("POST /decisions/{id}/preview", s.preview)
 	m.HandleFunc("GET /queue", s.page("queue"))
 	m.HandleFunc("POST /queue/dead/{id}/retry", s.deadAction("retry"))
 	m.HandleFunc("POST /queue/dead/{id}/drop", s.deadAction("drop"))
@@ -285,16 +304,18 @@ type page struct {
 	Operator string // "" : not logged in
 	CSRF     string
 	CanAct   bool // operators are configured
-	LiveID   string
-	Hash     string
-	LiveHTML template.HTML
-	Data     any
-	Message  string
-	Next     string
+	// CanPreview: the server runs landing previews (Options.Preview).
+	CanPreview bool
+	LiveID     string
+	Hash       string
+	LiveHTML   template.HTML
+	Data       any
+	Message    string
+	Next       string
 }
 
 func (s *Server) newPage(r *http.Request, name string) page {
-	p := page{Name: name, Title: pageTitles[name], CanAct: len(s.o.Operators) > 0}
+	p := page{Name: name, Title: pageTitles[name], CanAct: len(s.o.Operators) > 0, CanPreview: s.o.Preview != nil}
 	if w, ok := s.auth.identify(r); ok {
 		p.Operator, p.CSRF = w.operator, w.csrf
 	}

@@ -61,6 +61,17 @@ func newEnv(t *testing.T, ops []web.Operator, listen string) *env {
 // newEnvOn is newEnv on PostgreSQL when databaseURL is set.
 func newEnvOn(t *testing.T, ops []web.Operator, listen, databaseURL string) *env {
 	t.Helper()
+	return newEnvFull(t, ops, listen, databaseURL, nil)
+}
+
+// newEnvWith is newEnv with the server's options changed by mod.
+func newEnvWith(t *testing.T, ops []web.Operator, listen string, mod func(*web.Options)) *env {
+	t.Helper()
+	return newEnvFull(t, ops, listen, "", mod)
+}
+
+func newEnvFull(t *testing.T, ops []web.Operator, listen, databaseURL string, mod func(*web.Options)) *env {
+	t.Helper()
 	ctx := context.Background()
 	root := t.TempDir()
 	st, err := bus.Open(ctx, bus.Options{DataRoot: root, DatabaseURL: databaseURL})
@@ -68,12 +79,17 @@ func newEnvOn(t *testing.T, ops []web.Operator, listen, databaseURL string) *env
 	t.Cleanup(func() { st.Close() })
 	e := &env{t: t, store: st, runsDir: filepath.Join(root, "runs")}
 	e.fill()
-	s, err := web.New(web.Options{Store: st, RunsDir: e.runsDir, Listen: listen, Operators: ops, Poll: 20 * time.Millisecond,
+	o := web.Options{Store: st, RunsDir: e.runsDir, Listen: listen, Operators: ops, Poll: 20 * time.Millisecond,
 		DeadLetters: &queue.Embedded{Store: st, Key: "tasks"}, QueueName: "embedded tasks",
-		ModelSlots: st.(queue.SlotStore).SlotsInUse})
+		ModelSlots: st.(queue.SlotStore).SlotsInUse}
+	if mod != nil {
+		mod(&o)
+	}
+	s, err := web.New(o)
 	must(t, err)
 	e.srv = httptest.NewServer(s)
 	t.Cleanup(e.srv.Close)
+	t.Cleanup(s.Close)
 	return e
 }
 
@@ -265,7 +281,7 @@ func TestPages(t *testing.T) {
 			patchIDA, "files touched", "policy: paths allowed", "conductor-review", e.open.ID, "a note would never be delivered"}},
 		{"/runs/r-live", []string{"Make the answer 42.", `name="text"`, "Add note", `data-offset="`}},
 		{"/decisions", []string{e.open.ID, "work/answer", "lib/util.go", "+1", "review record", patchIDA, `data-option="merge"`, `data-option="reject"`,
-			"as alice", e.done.ID, "carol", "333333333333", "land --dry-run"}},
+			"as alice", e.done.ID, "carol", "333333333333", "conductor land " + e.open.ID + " --preview"}},
 		{"/queue", []string{"tasks", "1 queued", "st-queued"}},
 		{"/landed", []string{"3333333333333333333333333333333333333333", e.done.ID, "carol", "passed: go test", "not audited here"}},
 		{"/login", []string{"Operator token"}},

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
+)
+
+// TestServePreview: `conductor serve` wires the decision card's Preview
+// landing button to land --preview with the policy committed on the
+// target: the gate runs, the card shows it would land, and nothing
+// changes (refs, the decision, the landings).
+func TestServePreview(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts conductor serve")
+	}
+	ctx := context.Background()
+	home := t.TempDir()
+	dataRoot := filepath.Join(home, "data")
+	repo := filepath.Join(home, "repo")
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const token = "alice-token-0123456789abcdef"
+	env := workerEnv(t, home, "CONDUCTOR_SERVE_TOKEN="+token, "CONDUCTOR_GATE_SANDBOX=none")
+	must(os.MkdirAll(filepath.Join(repo, "lib"), 0o755))
+	must(os.MkdirAll(filepath.Join(repo, "roles"), 0o755))
+	must(os.MkdirAll(dataRoot, 0o755))
+	must(os.WriteFile(filepath.Join(repo, "lib", "calc.go"), []byte("package lib\n"), 0o644))
+	must(os.WriteFile(filepath.Join(repo, "roles", "conductor-policy.json"), []byte(`{"policyVersion": 1, "landing": {"gate": [
+  {"name": "files", "argv": ["sh", "-c", "grep -q Sub lib/calc.go && echo served-gate-ok"], "timeoutSeconds": 60, "needsFiles": true}]}}`), 0o644))
+	gitT(t, repo, env, "init", "-q", "-b", "main")
+	gitT(t, repo, env, "add", "-A")
+	gitT(t, repo, env, "commit", "-q", "-m", "initial")
+	base := gitT(t, repo, env, "rev-parse", "HEAD")
+	gitT(t, repo, env, "checkout", "-q", "-b", "work/a")
+	must(os.WriteFile(filepath.Join(repo, "lib", "calc.go"), []byte("package lib\n\nfunc Sub(a, b int) int { return a - b }\n"), 0o644))
+	gitT(t, repo, env, "commit", "-q", "-am", "Add Sub")
+	work := gitT(t, repo, env, "rev-parse", "HEAD")
+	gitT(t, repo, env, "checkout", "-q", "main")
+	gitdir := filepath.Join(repo, ".git")
+	pid, err := patch.DiffTrees(ctx, patch.Git{GitDir: gitdir}, base, work, io.Discard)
+	must(err)
+
+	st, err := bus.Open(ctx, bus.Options{DataRoot: dataRoot})
+	must(err)
+	_, err = st.PutVerdict(ctx, bus.Verdict{RunID: "run-a", WorkRef: "work/a", Commit: work, PatchID: pid, Verdict: bus.VerdictApprove, Reviewer: "rev"})
+	must(err)
+	d, err := st.RaiseDecision(ctx, bus.Decision{Kind: bus.KindMergeProtected, RaisedBy: "rev", Repo: gitdir, WorkRef: "work/a", Commit: work, Target: "main"})
+	must(err)
+	st.Close()
+	refs := func() string { return gitT(t, repo, env, "for-each-ref", "--format=%(refname) %(objectname)") }
+	before := refs()
+
+	cmd := exec.Command("conductor", "serve", "--listen", "127.0.0.1:0", "--operator", "alice", "--poll", "50ms")
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	must(err)
+	var errb syncBuffer
+	cmd.Stderr = &errb
+	must(cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed no URL: %v\n%s", err, errb.String())
+	}
+	base = strings.TrimSuffix(strings.TrimSpace(line), "/")
+	do := func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, nil)
+		must(err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		resp, err := c.Do(req)
+		must(err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("POST", "/decisions/"+d.ID+"/preview"); code != http.StatusSeeOther {
+		t.Fatalf("preview: %d %s\n%s", code, body, errb.String())
+	}
+	var body string
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		_, body = do("GET", "/decisions")
+		if !strings.Contains(body, `data-state="running"`) && strings.Contains(body, `data-preview="`+d.ID+`"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the preview never ended:\n%s\n%s", body, errb.String())
+		}
+	}
+	for _, want := range []string{`data-state="would-land"`, "gate files passed", pid, "Decision-Id: " + d.ID, "by alice"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the card lacks %q:\n%s\n%s", want, body, errb.String())
+		}
+	}
+	if after := refs(); after != before {
+		t.Errorf("the preview moved refs:\n%s\nwas\n%s", after, before)
+	}
+	st, err = bus.Open(ctx, bus.Options{DataRoot: dataRoot})
+	must(err)
+	defer st.Close()
+	if got, err := st.GetDecision(ctx, d.ID); err != nil || !got.Open() {
+		t.Errorf("the decision after the preview: %+v %v", got, err)
+	}
+	if _, err := st.GetLanding(ctx, d.ID); err == nil {
+		t.Error("the preview wrote a landing")
+	}
+}
