@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The product end to end, offline: a throwaway repository with a failing
-# test, a worker task run against a replayed model (no network), review with
-# the policy checks and the gate, a merge decision, a dry-run landing, the
-# landing, the audit of the landed commit and its record, the seed
+# test, warm gate caches, a worker task run against a replayed model (no network), review with
+# the policy checks and the gate, a merge decision, a landing preview while
+# it is open, the landing, the audit of the landed commit and its record, the seed
 # orchestrator's role_dispatch job from the embedded queue, and (with pi
 # installed) the pi agent as the worker, and an agent outside conductor
 # claiming and completing a task through MCP. Everything lives in a fresh
@@ -48,6 +48,9 @@ if ! "$bin" doctor >"$out/doctor.txt" 2>&1; then
   sandbox=none
 fi
 
+say "0. warm the Go caches the sandboxed commands start from: compiled from the landed tip only (trusted code), never from a worker's tree"
+run "$bin" cache warm "$repo" >&2 || echo "(no warm cache here: every gate starts cold; conductor doctor says why)" >&2
+
 say "1. dispatch: the worker runs the task against a replayed model"
 run "$bin" run-task run "$root/testdata/demo/task.json" --repo "$repo" \
   --model "replay:$root/testdata/models/demo.json" --sandbox "$sandbox" --progress | tee "$out/run.txt"
@@ -63,10 +66,10 @@ say "3. review: policy checks, syntax checks and the gate; approve and raise a m
 run "$bin" review "$runid" --approve --raise main --sandbox "$sandbox" | tee "$out/review.txt"
 decision="$(sed -n 's/^decision[: ]*\(d-[A-Za-z0-9]*\).*/\1/p' "$out/review.txt" | tail -n1)"
 [ -n "$decision" ] || decision="$("$bin" decision list --open --json | sed -n 's/.*"id": *"\(d-[^"]*\)".*/\1/p' | head -n1)"
-run "$bin" decision resolve "$decision" --option merge --by "demo operator"
 
-say "4. land: dry run first (changes nothing), then for real"
-run "$bin" land "$decision" --dry-run --sandbox "$sandbox"
+say "4. land: a preview while the decision is open (the dry run: changes nothing), the person's decision, then for real"
+run "$bin" land "$decision" --preview --sandbox "$sandbox"
+run "$bin" decision resolve "$decision" --option merge --by "demo operator"
 before="$(git -C "$repo" rev-parse main)"
 run "$bin" land "$decision" --sandbox "$sandbox"
 after="$(git -C "$repo" rev-parse main)"
