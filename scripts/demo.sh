@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The product end to end, offline: a throwaway repository with a failing
-# test, warm gate caches, a worker task run against a replayed model (no network), review with
-# the policy checks and the gate, a merge decision, a landing preview while
-# it is open, the landing, the audit of the landed commit and its record, the seed
-# orchestrator's role_dispatch job from the embedded queue, and (with pi
-# installed) the pi agent as the worker, and an agent outside conductor
-# claiming and completing a task through MCP. Everything lives in a fresh
-# folder under /tmp, linked as demo-out.
+# test, warm gate caches, a worker task run against a replayed model (no
+# network), review with the policy checks and the gate, a merge decision, a
+# landing preview while it is open, the landing, the audit of the landed
+# commit and its record, the seed orchestrator's role_dispatch job from the
+# embedded queue, (with pi installed) the pi agent as the worker, and an
+# agent outside conductor claiming and completing a task through MCP.
+# Everything lives in a fresh folder under /tmp, linked as demo-out.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/bin/conductor"
