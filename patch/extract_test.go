@@ -142,13 +142,14 @@ func TestExtractRoundTrip(t *testing.T) {
 			if id != ex.PatchID || !bytes.Equal(again.Bytes(), diff.Bytes()) {
 				t.Errorf("DiffTrees differs from Extract")
 			}
-			// Apply onto the base (no checkout) gives the worktree's tree.
-			applied, err := Apply(ctx, ApplyOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, Base: base, Patch: bytes.NewReader(diff.Bytes())})
+			// ApplyToBase (no checkout: what review makes the work
+			// commit with) gives the worktree's tree.
+			applied, err := ApplyToBase(ctx, Git{GitDir: filepath.Join(repo, ".git")}, base, diff.Bytes())
 			if err != nil {
-				t.Fatalf("Apply: %v", err)
+				t.Fatalf("ApplyToBase: %v", err)
 			}
 			if applied != want {
-				t.Errorf("Apply tree %s, want %s", applied, want)
+				t.Errorf("ApplyToBase tree %s, want %s", applied, want)
 			}
 			// And git apply on a fresh checkout of the base agrees.
 			fresh := t.TempDir()
@@ -485,12 +486,12 @@ func TestExtractOddNames(t *testing.T) {
 	if !found["new\nline.txt"] || !found["ünïcödé/файл.txt"] {
 		t.Errorf("Files lacks raw names: %q", ex.Files)
 	}
-	applied, err := Apply(ctx, ApplyOptions{Repo: Git{GitDir: filepath.Join(repo, ".git")}, Base: base, Patch: &diff})
+	applied, err := ApplyToBase(ctx, Git{GitDir: filepath.Join(repo, ".git")}, base, diff.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if applied != want {
-		t.Errorf("Apply tree %s, want %s", applied, want)
+		t.Errorf("ApplyToBase tree %s, want %s", applied, want)
 	}
 }
 
