@@ -16,6 +16,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch/git"
 )
 
@@ -31,20 +32,23 @@ const (
 )
 
 // Receipt is the JSON note attached to a landed commit on NotesRef.
+// Version 2 records the gate as review reports it (sandbox.GateResult:
+// status, exitCode, durationNs, outputTail); a version 1 note (ok,
+// seconds, tail) still decodes into the same fields.
 type Receipt struct {
-	Version        int          `json:"version"`
-	Decision       string       `json:"decision"`
-	Target         string       `json:"target"`
-	WorkRef        string       `json:"workRef"`
-	ReviewedCommit string       `json:"reviewedCommit"`
-	PatchID        string       `json:"patchId"`
-	Task           string       `json:"task,omitempty"`
-	Run            string       `json:"run,omitempty"`
-	Model          string       `json:"model,omitempty"`
-	Tokens         Tokens       `json:"tokens"`
-	Verdict        ReceiptVote  `json:"verdict"`
-	Gate           []GateResult `json:"gate"`
-	Issue          int64        `json:"issue,omitempty"`
+	Version        int                  `json:"version"`
+	Decision       string               `json:"decision"`
+	Target         string               `json:"target"`
+	WorkRef        string               `json:"workRef"`
+	ReviewedCommit string               `json:"reviewedCommit"`
+	PatchID        string               `json:"patchId"`
+	Task           string               `json:"task,omitempty"`
+	Run            string               `json:"run,omitempty"`
+	Model          string               `json:"model,omitempty"`
+	Tokens         Tokens               `json:"tokens"`
+	Verdict        ReceiptVote          `json:"verdict"`
+	Gate           []sandbox.GateResult `json:"gate"`
+	Issue          int64                `json:"issue,omitempty"`
 }
 
 // Tokens are the run's token totals (nil: the model server did not say).
@@ -187,10 +191,10 @@ func wrap(s string, width int) string {
 	return b.String()
 }
 
-func (l *lander) receipt(pid string, gate []GateResult) Receipt {
+func (l *lander) receipt(pid string, gate []sandbox.GateResult) Receipt {
 	runID, task, model := l.provenance()
 	return Receipt{
-		Version:        1,
+		Version:        2,
 		Decision:       l.d.ID,
 		Target:         l.target,
 		WorkRef:        l.d.WorkRef,
@@ -329,7 +333,7 @@ func (l *lander) startUpdate(ctx context.Context) *git.Started {
 // landingObjects builds the landed commit (msg on tree, parent tip, the
 // approved commit's author, the landing's committer) and its receipt
 // note's blob, and returns them with the committer.
-func (l *lander) landingObjects(tip, tree, msg, pid string, gate []GateResult) (landed, blob git.Loose, committer git.Signature, err error) {
+func (l *lander) landingObjects(tip, tree, msg, pid string, gate []sandbox.GateResult) (landed, blob git.Loose, committer git.Signature, err error) {
 	o := l.o
 	committer = git.NewSignature(o.Committer.Name, o.Committer.Email, l.now)
 	if err := git.CheckSignature(committer); err != nil {
@@ -367,17 +371,17 @@ func (l *lander) record(ctx context.Context, commit, pid, gate string) error {
 	return nil
 }
 
-func gateSummary(rs []GateResult) string {
+func gateSummary(rs []sandbox.GateResult) string {
 	if len(rs) == 0 {
 		return "no gate commands"
 	}
 	parts := make([]string, 0, len(rs))
 	for _, r := range rs {
 		st := "ok"
-		if !r.OK {
+		if !r.OK() {
 			st = "failed"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %.1fs", r.Name, st, r.Seconds))
+		parts = append(parts, fmt.Sprintf("%s %s %.1fs", r.Name, st, r.Duration.Seconds()))
 	}
 	return "passed: " + strings.Join(parts, "; ")
 }

@@ -92,21 +92,21 @@ const (
 
 // Outcome says what a landing did (or, in a dry run, would do).
 type Outcome struct {
-	Decision       string           `json:"decision"`
-	Status         string           `json:"status"`
-	Commit         string           `json:"commit,omitempty"`
-	Target         string           `json:"target,omitempty"`
-	Parent         string           `json:"parent,omitempty"` // the target tip the commit sits on
-	Tree           string           `json:"tree,omitempty"`
-	ReviewedCommit string           `json:"reviewedCommit,omitempty"`
-	PatchID        string           `json:"patchId,omitempty"`
-	Mode           string           `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
-	Attempts       int              `json:"attempts,omitempty"`
-	Gate           []GateResult     `json:"gate,omitempty"`
-	Message        string           `json:"message,omitempty"` // the commit message (dry run)
-	Files          []string         `json:"files,omitempty"`
-	Refusal        *refusal.Refusal `json:"refusal,omitempty"`
-	Warning        string           `json:"warning,omitempty"`
+	Decision       string               `json:"decision"`
+	Status         string               `json:"status"`
+	Commit         string               `json:"commit,omitempty"`
+	Target         string               `json:"target,omitempty"`
+	Parent         string               `json:"parent,omitempty"` // the target tip the commit sits on
+	Tree           string               `json:"tree,omitempty"`
+	ReviewedCommit string               `json:"reviewedCommit,omitempty"`
+	PatchID        string               `json:"patchId,omitempty"`
+	Mode           string               `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
+	Attempts       int                  `json:"attempts,omitempty"`
+	Gate           []sandbox.GateResult `json:"gate,omitempty"`
+	Message        string               `json:"message,omitempty"` // the commit message (dry run)
+	Files          []string             `json:"files,omitempty"`
+	Refusal        *refusal.Refusal     `json:"refusal,omitempty"`
+	Warning        string               `json:"warning,omitempty"`
 }
 
 // Modes of the squash and gate.
@@ -683,7 +683,7 @@ func (l *lander) gateTree(ctx context.Context, tip, tree string, out *Outcome) e
 	if err != nil {
 		return err
 	}
-	if len(results) > 0 && !results[len(results)-1].OK {
+	if len(results) > 0 && !results[len(results)-1].OK() {
 		return gateFailed(results)
 	}
 	o.Fault("gate")

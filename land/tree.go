@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
@@ -120,7 +121,7 @@ func (l *lander) linkAt(root git.Object) func(string) (string, bool) {
 // so nothing the gate runs can reach the repository through git; root/home
 // and root/tmp are the commands' HOME and TMPDIR. The root and the worktree's
 // admin folder are removed before it returns.
-func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]GateResult, error) {
+func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]sandbox.GateResult, error) {
 	if len(cmds) == 0 && mode == ModeTree {
 		return nil, nil
 	}
