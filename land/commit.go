@@ -15,6 +15,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch/git"
@@ -256,11 +257,11 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 func (l *lander) moveRefs(ctx context.Context, tip string, landed, blob git.Loose, committer git.Signature) (bool, error) {
 	o := l.o
 	// The notes ref is shared by every target of the repository.
-	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
+	nlock, err := filelock.Wait(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
 	if err != nil {
 		return false, err
 	}
-	defer nlock.release()
+	defer filelock.Unlock(nlock)
 	lockWait := lockRetryStart
 	for try := 0; ; try++ {
 		notesOld, notes, err := l.noteObjects(landed.ID, blob.ID, committer)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -245,11 +246,11 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	}()
 
 	// Landings on one target serialize on this lock (held through the gate).
-	lock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
+	lock, err := filelock.Wait(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
 	if err != nil {
 		return out, err
 	}
-	defer lock.release()
+	defer filelock.Unlock(lock)
 	o.Fault("lock")
 	if err := l.cleanStale(ctx); err != nil {
 		o.Log.Warn("land: cleaning stale scratch worktrees", "err", err)
