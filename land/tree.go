@@ -44,10 +44,10 @@ func (l *lander) changes(ctx context.Context, tip, approved string, diff func(io
 		if errors.Is(r.err, patch.ErrNoMergeBase) {
 			return nil, "", r.err
 		}
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), r.err)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", patch.Short(tip), patch.Short(approved), r.err)
 	}
 	if perr != nil {
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", patch.Short(tip), patch.Short(approved), perr)
 	}
 	return cs, r.pid, nil
 }
@@ -175,7 +175,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 // the repository through git.
 func checkoutTree(ctx context.Context, wg git.Git, tree string) error {
 	if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
-		return fmt.Errorf("gate worktree: check out %s: %w", short(tree), err)
+		return fmt.Errorf("gate worktree: check out %s: %w", patch.Short(tree), err)
 	}
 	got, err := wg.Line(ctx, "write-tree")
 	if err != nil {

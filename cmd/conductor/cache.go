@@ -120,13 +120,6 @@ func refreshWarmCache(c *cli.Context, d *deps, repo, commit string) {
 		fmt.Fprintf(d.Stderr, "conductor: refresh the warm Go cache: %v\n", err)
 		return
 	}
-	fmt.Fprintf(d.Stderr, "conductor: warming the Go cache from %s in the background (pid %d, log %s)\n", shortID(commit), cmd.Process.Pid, logf.Name())
+	fmt.Fprintf(d.Stderr, "conductor: warming the Go cache from %s in the background (pid %d, log %s)\n", patch.Short(commit), cmd.Process.Pid, logf.Name())
 	_ = cmd.Process.Release()
-}
-
-func shortID(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
 }
