@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/conductor-dev/conductor/patch/git"
+
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
 
@@ -284,7 +286,7 @@ func lsTree(ctx context.Context, g Git, tree string, files []*File) (map[string]
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, &GitError{Args: cmd.Args, Err: err}
+		return nil, &git.GitError{Args: cmd.Args, Err: err}
 	}
 	entries := map[string]treeEntry{}
 	br := bufio.NewReaderSize(stdout, 64<<10)
@@ -312,7 +314,7 @@ func lsTree(ctx context.Context, g Git, tree string, files []*File) (map[string]
 		}
 	}
 	if err := cmd.Wait(); err != nil {
-		return nil, &GitError{Args: []string{"ls-tree", tree}, Stderr: stderr.Bytes(), Err: err}
+		return nil, &git.GitError{Args: []string{"ls-tree", tree}, Stderr: stderr.Bytes(), Err: err}
 	}
 	return entries, nil
 }
@@ -335,7 +337,7 @@ func newCatFile(ctx context.Context, g Git) (*catFile, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, &GitError{Args: []string{"cat-file", "--batch"}, Err: err}
+		return nil, &git.GitError{Args: []string{"cat-file", "--batch"}, Err: err}
 	}
 	return &catFile{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 64<<10)}, nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 // Pool keeps finished worktrees of one repository warm: a released worktree
@@ -390,7 +391,7 @@ func (l *Lease) baseline(ctx context.Context) error {
 // stash returns the number of stash entries and the stash tip.
 func (l *Lease) stash(ctx context.Context) (int, string) {
 	// refs/stash lives in the common git dir, which l.pool.Repo names.
-	ids, err := patch.ReadRefs(l.pool.Repo.CommonDir(), "refs/stash")
+	ids, err := pgit.ReadRefs(l.pool.Repo.CommonDir(), "refs/stash")
 	if err != nil { // not an id: git says what it is
 		tip, gerr := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
 		ids, err = []string{tip}, gerr

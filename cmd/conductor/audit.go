@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/land"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 func newAuditCmd(d *deps) *cli.Command {
@@ -34,7 +34,7 @@ func newAuditCmd(d *deps) *cli.Command {
 			if dir == "" {
 				dir, _ = os.Getwd()
 			}
-			g, err := patch.OpenRepo(dir)
+			g, err := git.OpenRepo(dir)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // newCacheCmd is `conductor cache`: the warm Go caches gates start from
@@ -47,7 +48,7 @@ func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	g, err := patch.OpenRepo(repo)
+	g, err := git.OpenRepo(repo)
 	if err != nil {
 		return usagef("cache warm: %v", err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/sandbox"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -90,7 +90,7 @@ func newPoolCmd(d *deps) *cli.Command {
 func openPools(c *cli.Context, d *deps) ([]*runtask.Pool, error) {
 	cfg := d.config(c)
 	if repo := c.String("repo"); repo != "" {
-		g, err := patch.OpenRepo(repo)
+		g, err := git.OpenRepo(repo)
 		if err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/record"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -67,7 +68,7 @@ func recordAction(c *cli.Context, d *deps, ref string, issue int64) error {
 	// A COMMIT is looked up in --repo, else the current folder's
 	// repository (a decision names its own).
 	repo := ""
-	if g, err := patch.OpenRepo(cmp.Or(c.String("repo"), ".")); err == nil {
+	if g, err := git.OpenRepo(cmp.Or(c.String("repo"), ".")); err == nil {
 		repo = g.GitDir
 	} else if c.String("repo") != "" {
 		return usagef("record: --repo %s: %v", c.String("repo"), err)

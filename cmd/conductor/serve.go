@@ -13,7 +13,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -117,7 +117,7 @@ func serveOperators(c *cli.Context, d *deps) ([]web.Operator, error) {
 // serveAudit runs `conductor audit` on a landed commit for the Landed page.
 func serveAudit(st land.AuditStore) func(ctx context.Context, repo, commit string) (web.Audit, error) {
 	return func(ctx context.Context, repo, commit string) (web.Audit, error) {
-		g, err := patch.OpenRepo(repo)
+		g, err := git.OpenRepo(repo)
 		if err != nil {
 			return web.Audit{}, err
 		}

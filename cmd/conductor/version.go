@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // versionInfo is what `conductor version` reports.
@@ -36,7 +36,7 @@ func newVersionCmd(d *deps) *cli.Command {
 				return usagef("version takes no arguments, got %d", c.NArg())
 			}
 			v := versionInfo{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-			if gv, err := patch.GitVersion(c.Context); err == nil {
+			if gv, err := git.GitVersion(c.Context); err == nil {
 				v.Git = gv
 			} else {
 				v.Git = "unavailable: " + err.Error()
