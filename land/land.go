@@ -74,11 +74,7 @@ type Options struct {
 	// gate has commands is refused (sandbox-unavailable), never run
 	// unisolated.
 	Sandbox sandbox.Sandbox
-	// Out is not used: Run prints nothing, it returns the Outcome and
-	// cmd/conductor renders it. The field stays only while the tests of
-	// runtask and conductor/web still set it; remove it once they stop.
-	Out io.Writer
-	Log *slog.Logger
+	Log     *slog.Logger
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
