@@ -750,14 +750,28 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 			if !over {
 				continue
 			}
-			lk, err := filelock.TryLock(p.lockPath(m.Slot))
-			if err != nil || lk == nil {
-				continue
+			if v := p.tryClaim(m); v != nil {
+				victims = append(victims, v)
 			}
-			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
 		}
 		return nil
 	})
+	removed, derr := discardAll(ctx, victims)
+	return removed, errors.Join(derr, err)
+}
+
+// tryClaim leases slot m when no live process holds it (nil when one does).
+func (p *Pool) tryClaim(m SlotMeta) *Lease {
+	lk, err := filelock.TryLock(p.lockPath(m.Slot))
+	if err != nil || lk == nil {
+		return nil
+	}
+	return &Lease{Meta: m, pool: p, lock: lk}
+}
+
+// discardAll discards the claimed slots and names them all (a slot whose
+// removal failed is gone from the pool all the same).
+func discardAll(ctx context.Context, victims []*Lease) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, v := range victims {
@@ -766,7 +780,7 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 		}
 		removed = append(removed, v.Meta.Slot)
 	}
-	return removed, errors.Join(append(errs, err)...)
+	return removed, errors.Join(errs...)
 }
 
 // poolInfo is pool.json: which repository a pool folder belongs to.
@@ -866,24 +880,16 @@ func (p *Pool) Prune(ctx context.Context, all, orphans bool) ([]string, error) {
 			if !(gone || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)) {
 				continue
 			}
-			lk, err := filelock.TryLock(p.lockPath(n))
-			if err != nil || lk == nil {
-				continue // in use by a live process
+			if v := p.tryClaim(m); v != nil { // else in use by a live process
+				victims = append(victims, v)
 			}
-			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
 		}
 		return nil
 	})
-	var removed []string
-	var errs []error
-	for _, v := range victims {
-		if err := v.discard(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		removed = append(removed, v.Meta.Slot)
-	}
+	removed, derr := discardAll(ctx, victims)
+	errs := []error{derr}
 	if err != nil {
-		return removed, err
+		return removed, errors.Join(derr, err)
 	}
 	if !all {
 		more, err := p.evict(ctx)
