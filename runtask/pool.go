@@ -831,6 +831,18 @@ type SlotStatus struct {
 	Exists bool `json:"exists"` // the worktree folder exists
 }
 
+// Shown is the slot's state as people read it: "broken" (its worktree is
+// gone), "in use" (a live process holds it), else its recorded state.
+func (s SlotStatus) Shown() string {
+	switch {
+	case !s.Exists:
+		return "broken"
+	case s.InUse:
+		return "in use"
+	}
+	return s.State
+}
+
 // Status lists the pool's slots.
 func (p *Pool) Status(ctx context.Context) ([]SlotStatus, error) {
 	names, err := p.slots()

@@ -24,7 +24,7 @@ func newAuditCmd(d *deps) *cli.Command {
 			"verdict. Exit 0 when everything matches, 3 (audit-mismatch) listing what does not.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "repo", Usage: "repository `DIR` (default: the current directory)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {

@@ -26,7 +26,7 @@ func newPoolCmd(d *deps) *cli.Command {
 				Name:      "status",
 				Usage:     "list pooled worktrees: free, busy (a running worker) or kept for a session",
 				UsageText: "conductor pool status [--repo DIR] [--json]",
-				Flags:     []cli.Flag{repoFlag, baseFlag, &cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+				Flags:     []cli.Flag{repoFlag, baseFlag, jsonFlag()},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 0 {
 						return usagef("pool status takes no arguments")
@@ -94,14 +94,9 @@ func renderPoolStatus(w io.Writer, pools []runtask.PoolReport, asJSON bool) erro
 	fmt.Fprintln(tw, "SLOT\tSTATE\tOWNER\tBASE\tLAST USED\tMB\tREPO")
 	for _, p := range pools {
 		for _, s := range p.Slots {
-			state := s.State
-			switch {
-			case !s.Exists:
-				state = "broken"
-			case s.InUse:
-				state = "in use"
-			case s.State == runtask.SlotBusy:
-				state = "kept"
+			state := s.Shown()
+			if state == runtask.SlotBusy {
+				state = "kept" // for a session: no live process holds it
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, cmp.Or(s.Owner, "-"), patch.Short(s.Base),
 				s.LastUsed.UTC().Format(time.RFC3339), float64(s.Bytes)/(1<<20), p.Repo)

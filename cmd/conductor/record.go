@@ -37,7 +37,7 @@ func newRecordCmd(d *deps) *cli.Command {
 			&cli.Int64Flag{Name: "issue", Usage: "close forge issue `N` (default: the decision's issue, if any)"},
 			&cli.BoolFlag{Name: "no-issue", Usage: "close no issue"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the target's committed roles/ folder)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			switch {

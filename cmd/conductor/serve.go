@@ -147,26 +147,15 @@ func serveSecrets(environ []string) []string {
 }
 
 func servePools(ctx context.Context, cfg conductor.Config) ([]web.Pool, error) {
-	pools, err := runtask.OpenPools(cfg.WorktreeBase, cfg)
+	pools, err := runtask.PoolStatus(ctx, runtask.PoolsOptions{Config: cfg})
 	if err != nil {
 		return nil, err
 	}
 	var out []web.Pool
 	for _, p := range pools {
-		st, err := p.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("pool %s: %w", p.Dir, err)
-		}
-		wp := web.Pool{Dir: p.Dir, Repo: p.Repo.GitDir}
-		for _, s := range st {
-			state := s.State
-			switch {
-			case !s.Exists:
-				state = "broken"
-			case s.InUse:
-				state = "in use"
-			}
-			wp.Slots = append(wp.Slots, web.PoolSlot{Slot: s.Slot, State: state, Owner: s.Owner, Base: s.Base, LastUsed: s.LastUsed, Bytes: s.Bytes})
+		wp := web.Pool{Dir: p.Dir, Repo: p.Repo}
+		for _, s := range p.Slots {
+			wp.Slots = append(wp.Slots, web.PoolSlot{Slot: s.Slot, State: s.Shown(), Owner: s.Owner, Base: s.Base, LastUsed: s.LastUsed, Bytes: s.Bytes})
 		}
 		out = append(out, wp)
 	}

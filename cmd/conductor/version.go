@@ -29,7 +29,7 @@ func newVersionCmd(d *deps) *cli.Command {
 		Description: "The same version as `conductor --version`, plus the Go toolchain it was built with, the\n" +
 			"git it runs (or the error running it) and the build's VCS revision when the binary records it.",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
