@@ -29,8 +29,9 @@ const vocabulary = "conductor/refusal"
 var leaves = []string{"conductor/refusal", "patch", "patch/git", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
 
 // leafImports is what a leaf may import all the same: patch (diffs) is
-// built on patch/git (running git, refs, objects), itself a leaf.
-var leafImports = map[string][]string{"patch": {"patch/git"}}
+// built on patch/git (running git, refs, objects) and locks its scratch
+// folders with conductor/filelock, both leaves themselves.
+var leafImports = map[string][]string{"patch": {"patch/git", "conductor/filelock"}}
 
 // doubles are test doubles and test harnesses: production code never
 // imports them (scripts/, the benchmark and test helpers, may). The

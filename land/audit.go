@@ -54,7 +54,7 @@ func (r AuditReport) Refusal() *refusal.Refusal {
 	}
 	if len(r.Checks) == 1 && r.Checks[0].Name == "receipt trailers" {
 		return refusal.New("audit-mismatch",
-			fmt.Sprintf("commit %s has no receipt trailers: it was not landed by conductor land", short(r.Commit)),
+			fmt.Sprintf("commit %s has no receipt trailers: it was not landed by conductor land", patch.Short(r.Commit)),
 			"audit a commit `conductor land` made (git log --grep '^Decision-Id:' shows them)")
 	}
 	var bad []string
@@ -71,7 +71,7 @@ func (r AuditReport) Refusal() *refusal.Refusal {
 		}
 	}
 	rf := refusal.New("audit-mismatch",
-		fmt.Sprintf("commit %s does not match its receipt (%d mismatch(es))", short(r.Commit), len(bad)),
+		fmt.Sprintf("commit %s does not match its receipt (%d mismatch(es))", patch.Short(r.Commit), len(bad)),
 		"find out how the commit was made: it was not landed as recorded (rewritten history, edited note or store)")
 	rf.Detail = strings.Join(bad, "\n")
 	return rf

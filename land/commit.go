@@ -15,7 +15,10 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/patch/git"
 )
 
@@ -31,20 +34,23 @@ const (
 )
 
 // Receipt is the JSON note attached to a landed commit on NotesRef.
+// Version 2 records the gate as review reports it (sandbox.GateResult:
+// status, exitCode, durationNs, outputTail); a version 1 note (ok,
+// seconds, tail) still decodes into the same fields.
 type Receipt struct {
-	Version        int          `json:"version"`
-	Decision       string       `json:"decision"`
-	Target         string       `json:"target"`
-	WorkRef        string       `json:"workRef"`
-	ReviewedCommit string       `json:"reviewedCommit"`
-	PatchID        string       `json:"patchId"`
-	Task           string       `json:"task,omitempty"`
-	Run            string       `json:"run,omitempty"`
-	Model          string       `json:"model,omitempty"`
-	Tokens         Tokens       `json:"tokens"`
-	Verdict        ReceiptVote  `json:"verdict"`
-	Gate           []GateResult `json:"gate"`
-	Issue          int64        `json:"issue,omitempty"`
+	Version        int                  `json:"version"`
+	Decision       string               `json:"decision"`
+	Target         string               `json:"target"`
+	WorkRef        string               `json:"workRef"`
+	ReviewedCommit string               `json:"reviewedCommit"`
+	PatchID        string               `json:"patchId"`
+	Task           string               `json:"task,omitempty"`
+	Run            string               `json:"run,omitempty"`
+	Model          string               `json:"model,omitempty"`
+	Tokens         Tokens               `json:"tokens"`
+	Verdict        ReceiptVote          `json:"verdict"`
+	Gate           []sandbox.GateResult `json:"gate"`
+	Issue          int64                `json:"issue,omitempty"`
 }
 
 // Tokens are the run's token totals (nil: the model server did not say).
@@ -67,9 +73,9 @@ type ReceiptVote struct {
 // then the approved commit's trailers (written by review).
 func (l *lander) provenance() (runID, task, model string) {
 	_, ts := splitTrailers(l.approved.Message)
-	runID = firstNonEmpty(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
-	task = firstNonEmpty(l.run.TaskID, trailer(ts, "Task-Id"))
-	model = firstNonEmpty(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
+	runID = cmp.Or(l.d.RunID, l.v.RunID, l.run.ID, trailer(ts, "Run-Id"), "unknown")
+	task = cmp.Or(l.run.TaskID, trailer(ts, "Task-Id"))
+	model = cmp.Or(l.run.ModelAlias, trailer(ts, "Model"), "unknown")
 	return
 }
 
@@ -113,23 +119,23 @@ func (l *lander) narrative(ctx context.Context, tip string, out *Outcome) string
 	if task != "" {
 		who += " (task " + task + ", model " + model + ")"
 	}
-	s = append(s, fmt.Sprintf("Lands the candidate with patch-id %s from %s, reviewed as commit %s.", short(out.PatchID), who, short(l.approved.ID)))
+	s = append(s, fmt.Sprintf("Lands the candidate with patch-id %s from %s, reviewed as commit %s.", patch.Short(out.PatchID), who, patch.Short(l.approved.ID)))
 	if base, err := l.mergeBase(ctx, tip); err == nil && base != "" {
 		switch moved, err := l.reviewedPathsMoved(ctx, base, tip, out.Files); {
 		case base == tip:
-			s = append(s, fmt.Sprintf("The work was made on %s at %s and the target has not moved since: the landed tree is the reviewed tree.", l.target, short(base)))
+			s = append(s, fmt.Sprintf("The work was made on %s at %s and the target has not moved since: the landed tree is the reviewed tree.", l.target, patch.Short(base)))
 		case err != nil:
-			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since.", l.target, short(base), short(tip)))
+			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since.", l.target, patch.Short(base), patch.Short(tip)))
 		case len(moved) == 0:
-			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since, changing none of the reviewed paths.", l.target, short(base), short(tip)))
+			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since, changing none of the reviewed paths.", l.target, patch.Short(base), patch.Short(tip)))
 		default:
 			s = append(s, fmt.Sprintf("The work was made on %s at %s; the target has moved to %s since and changed %d of the reviewed paths (%s): the squash onto it was measured again and its patch-id still matches the review.",
-				l.target, short(base), short(tip), len(moved), strings.Join(moved, ", ")))
+				l.target, patch.Short(base), patch.Short(tip), len(moved), strings.Join(moved, ", ")))
 		}
 	}
 	reviewer := cmp.Or(l.v.Reviewer, "an unnamed reviewer")
 	s = append(s, fmt.Sprintf("%s approved commit %s in verdict %d (%s); %s chose merge in decision %s.",
-		reviewer, short(l.v.Commit), l.v.ID, l.v.Verdict, cmp.Or(l.d.ResolvedBy, "an unnamed operator"), l.d.ID))
+		reviewer, patch.Short(l.v.Commit), l.v.ID, l.v.Verdict, cmp.Or(l.d.ResolvedBy, "an unnamed operator"), l.d.ID))
 	if len(out.Gate) == 0 {
 		s = append(s, "The landing policy names no gate.")
 	} else {
@@ -187,10 +193,10 @@ func wrap(s string, width int) string {
 	return b.String()
 }
 
-func (l *lander) receipt(pid string, gate []GateResult) Receipt {
+func (l *lander) receipt(pid string, gate []sandbox.GateResult) Receipt {
 	runID, task, model := l.provenance()
 	return Receipt{
-		Version:        1,
+		Version:        2,
 		Decision:       l.d.ID,
 		Target:         l.target,
 		WorkRef:        l.d.WorkRef,
@@ -233,7 +239,7 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 	if wt != nil {
 		if err := wt.sync(ctx, tip, landed.ID); err != nil {
 			out.Warning = fmt.Sprintf("landed, but the worktree %s (which has %s checked out) could not follow: %v; run `git -C %s read-tree -m -u %s %s`",
-				wt.path, l.target, err, wt.path, short(tip), short(landed.ID))
+				wt.path, l.target, err, wt.path, patch.Short(tip), patch.Short(landed.ID))
 		}
 	}
 	if err := l.record(ctx, landed.ID, out.PatchID, gateSummary(out.Gate)); err != nil {
@@ -252,11 +258,11 @@ func (l *lander) commit(ctx context.Context, tip, tree, msg string, wt *targetWT
 func (l *lander) moveRefs(ctx context.Context, tip string, landed, blob git.Loose, committer git.Signature) (bool, error) {
 	o := l.o
 	// The notes ref is shared by every target of the repository.
-	nlock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
+	nlock, err := filelock.Wait(ctx, filepath.Join(o.DataRoot, "land", "locks", lockKey(l.g.GitDir, NotesRef)+".lock"))
 	if err != nil {
 		return false, err
 	}
-	defer nlock.release()
+	defer filelock.Unlock(nlock)
 	lockWait := lockRetryStart
 	for try := 0; ; try++ {
 		notesOld, notes, err := l.noteObjects(landed.ID, blob.ID, committer)
@@ -277,7 +283,7 @@ func (l *lander) moveRefs(ctx context.Context, tip string, landed, blob git.Loos
 			return false, err
 		}
 		tx := fmt.Sprintf("verify %s %s\nupdate %s %s %s\nupdate %s %s %s\n", l.workRef, l.workAt,
-			l.ref, landed.ID, tip, NotesRef, notes[len(notes)-1].ID, firstNonEmpty(notesOld, git.ZeroID))
+			l.ref, landed.ID, tip, NotesRef, notes[len(notes)-1].ID, cmp.Or(notesOld, git.ZeroID))
 		upd := l.update
 		if l.update = nil; upd == nil {
 			upd = l.startUpdate(ctx)
@@ -329,14 +335,14 @@ func (l *lander) startUpdate(ctx context.Context) *git.Started {
 // landingObjects builds the landed commit (msg on tree, parent tip, the
 // approved commit's author, the landing's committer) and its receipt
 // note's blob, and returns them with the committer.
-func (l *lander) landingObjects(tip, tree, msg, pid string, gate []GateResult) (landed, blob git.Loose, committer git.Signature, err error) {
+func (l *lander) landingObjects(tip, tree, msg, pid string, gate []sandbox.GateResult) (landed, blob git.Loose, committer git.Signature, err error) {
 	o := l.o
 	committer = git.NewSignature(o.Committer.Name, o.Committer.Email, l.now)
 	if err := git.CheckSignature(committer); err != nil {
 		return landed, blob, committer, fmt.Errorf("committer: %w", err)
 	}
 	if err := git.CheckSignature(l.approved.Author); err != nil {
-		return landed, blob, committer, fmt.Errorf("author of %s: %w", short(l.approved.ID), err)
+		return landed, blob, committer, fmt.Errorf("author of %s: %w", patch.Short(l.approved.ID), err)
 	}
 	note, err := json.MarshalIndent(l.receipt(pid, gate), "", "  ")
 	if err != nil {
@@ -367,17 +373,17 @@ func (l *lander) record(ctx context.Context, commit, pid, gate string) error {
 	return nil
 }
 
-func gateSummary(rs []GateResult) string {
+func gateSummary(rs []sandbox.GateResult) string {
 	if len(rs) == 0 {
 		return "no gate commands"
 	}
 	parts := make([]string, 0, len(rs))
 	for _, r := range rs {
 		st := "ok"
-		if !r.OK {
+		if !r.OK() {
 			st = "failed"
 		}
-		parts = append(parts, fmt.Sprintf("%s %s %.1fs", r.Name, st, r.Seconds))
+		parts = append(parts, fmt.Sprintf("%s %s %.1fs", r.Name, st, r.Duration.Seconds()))
 	}
 	return "passed: " + strings.Join(parts, "; ")
 }
@@ -405,7 +411,7 @@ func (l *lander) noteObjects(commit, blob string, who git.Signature) (string, []
 		}
 		var ok bool
 		if entries, ok = l.treeEntries(c.Tree); !ok {
-			return "", nil, fmt.Errorf("notes tree %s of %s unreadable", short(c.Tree), NotesRef)
+			return "", nil, fmt.Errorf("notes tree %s of %s unreadable", patch.Short(c.Tree), NotesRef)
 		}
 	}
 	objs, err := l.addNote(entries, commit, blob)
@@ -519,9 +525,9 @@ func (l *lander) recover(ctx context.Context, c git.Commit) (Outcome, error) {
 		return Outcome{Target: l.target}, err
 	} else if why != "" {
 		return Outcome{Target: l.target}, refusal.New("landed-receipt-invalid",
-			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", short(c.ID), l.target, l.d.ID, why),
+			fmt.Sprintf("commit %s on %s carries Decision-Id: %s but is not its landing: %s", patch.Short(c.ID), l.target, l.d.ID, why),
 			"find out who made that commit (it was not landed by conductor as recorded: forged trailer, rewritten history or edited note); "+
-				"`conductor audit "+short(c.ID)+"` lists what does not match. Nothing was committed or recorded")
+				"`conductor audit "+patch.Short(c.ID)+"` lists what does not match. Nothing was committed or recorded")
 	}
 	_, ts := splitTrailers(c.Message)
 	out := Outcome{Decision: l.d.ID, Status: StatusAlreadyLanded, Commit: c.ID, Target: l.target,
@@ -548,11 +554,11 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 		if err != nil || v.ID != l.v.ID || v.Verdict != l.v.Verdict || v.Commit != l.v.Commit || v.PatchID != l.v.PatchID {
 			now := "none"
 			if err == nil {
-				now = fmt.Sprintf("%d (%s of %s)", v.ID, v.Verdict, short(v.Commit))
+				now = fmt.Sprintf("%d (%s of %s)", v.ID, v.Verdict, orNoneID(v.Commit))
 			}
 			return refusal.New("verdict-stale",
 				fmt.Sprintf("the verdict on %s changed while landing: it was %d (%s of %s), it is now %s",
-					l.d.WorkRef, l.v.ID, l.v.Verdict, short(l.v.Commit), now),
+					l.d.WorkRef, l.v.ID, l.v.Verdict, orNoneID(l.v.Commit), now),
 				"nothing was committed: address the new verdict, review and approve again, then land")
 		}
 	}
@@ -566,7 +572,7 @@ func (l *lander) recheck(ctx context.Context, refOnly bool) error {
 	}
 	if at != want || at == "" {
 		return refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, short(at), short(l.approved.ID)),
+			fmt.Sprintf("work ref %s moved while landing: it is at %s, the approved commit is %s", l.d.WorkRef, orNoneID(at), patch.Short(l.approved.ID)),
 			"nothing was committed: review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
 	return nil
@@ -611,10 +617,10 @@ func (l *lander) verifyLanded(ctx context.Context, c git.Commit) (string, error)
 	}
 	sq := l.at(full.Parents[0], l.approved.ID).squash()
 	if sq.err != nil {
-		return fmt.Sprintf("the approved commit does not squash onto its parent %s (%v)", short(full.Parents[0]), sq.err), nil
+		return fmt.Sprintf("the approved commit does not squash onto its parent %s (%v)", patch.Short(full.Parents[0]), sq.err), nil
 	}
 	if sq.tree != full.Tree {
-		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", short(full.Tree), short(l.approved.ID), short(sq.tree)), nil
+		return fmt.Sprintf("its tree %s is not the squash of %s onto its parent (%s)", patch.Short(full.Tree), patch.Short(l.approved.ID), patch.Short(sq.tree)), nil
 	}
 	if rf := checkPatchID(full.Parents[0], sq, reviewed); rf != nil {
 		return rf.Reason, nil
@@ -635,7 +641,7 @@ func (l *lander) verifyLanded(ctx context.Context, c git.Commit) (string, error)
 		return "its receipt note is not a conductor receipt", nil
 	}
 	if rc.Decision != l.d.ID || rc.ReviewedCommit != l.approved.ID || rc.PatchID != reviewed || rc.Target != l.target {
-		return fmt.Sprintf("its receipt note names decision %q, commit %s, patch-id %s, target %q", rc.Decision, short(rc.ReviewedCommit), orNone(rc.PatchID), rc.Target), nil
+		return fmt.Sprintf("its receipt note names decision %q, commit %s, patch-id %s, target %q", rc.Decision, orNoneID(rc.ReviewedCommit), orNone(rc.PatchID), rc.Target), nil
 	}
 	return "", nil
 }

@@ -1,7 +1,6 @@
 package land
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,31 +14,6 @@ import (
 
 // defaultGateTimeout bounds a gate command whose policy gives no timeout.
 const defaultGateTimeout = 10 * time.Minute
-
-// tailBytes is how much of a failing gate command's output a refusal keeps.
-const tailBytes = 4000
-
-// GateResult is one gate command's outcome.
-type GateResult struct {
-	Name     string   `json:"name"`
-	Argv     []string `json:"argv"`
-	OK       bool     `json:"ok"`
-	Seconds  float64  `json:"seconds"`
-	TimedOut bool     `json:"timedOut,omitempty"`
-	Tail     string   `json:"tail,omitempty"` // output tail when it failed
-}
-
-// tailOf keeps the last tailBytes of a command's output, from a line start.
-func tailOf(out string) string {
-	b := []byte(out)
-	if len(b) > tailBytes {
-		b = b[len(b)-tailBytes:]
-		if i := bytes.IndexByte(b, '\n'); i >= 0 && i < len(b)-1 {
-			b = b[i+1:]
-		}
-	}
-	return strings.TrimRight(string(b), "\n")
-}
 
 // gateEnv is the environment of gate commands whose scratch folder is
 // root (sandbox.GateEnv: the allowlist shared with review's checks, HOME and
@@ -56,8 +30,8 @@ func gateEnv(getenv func(string) string, root string, extra ...string) []string 
 // worker-written code: never on the host), in order, and stops at the first
 // failure. root is the scratch folder (HOME, TMPDIR) outside dir. A command
 // that outlives its timeout is killed with its whole process group.
-func runGate(ctx context.Context, sb sandbox.Sandbox, cmds []policy.GateCommand, dir, root string, env []string) ([]GateResult, error) {
-	var results []GateResult
+func runGate(ctx context.Context, sb sandbox.Sandbox, cmds []policy.GateCommand, dir, root string, env []string) ([]sandbox.GateResult, error) {
+	var results []sandbox.GateResult
 	for _, gc := range cmds {
 		if len(gc.Argv) == 0 {
 			return results, fmt.Errorf("gate %s: empty argv", gc.Name)
@@ -66,30 +40,16 @@ func runGate(ctx context.Context, sb sandbox.Sandbox, cmds []policy.GateCommand,
 		if timeout <= 0 {
 			timeout = defaultGateTimeout
 		}
-		res := GateResult{Name: gc.Name, Argv: gc.Argv}
-		if res.Name == "" {
-			res.Name = strings.Join(gc.Argv, " ")
-		}
-		out, err := sandbox.RunGate(ctx, sb, dir, root, gc.Argv, env, timeout, tailBytes)
-		res.Seconds = out.Duration.Seconds()
+		out, err := sandbox.RunGate(ctx, sb, dir, root, gc.Argv, env, timeout, sandbox.GateOutputLimit)
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
+		res := sandbox.GateResultOf(gc.Name, gc.Argv, out)
 		if err != nil {
 			return results, fmt.Errorf("gate %s: %w", res.Name, err)
 		}
-		res.OK = out.ExitCode == 0 && !out.TimedOut
-		if !res.OK {
-			res.TimedOut = out.TimedOut
-			res.Tail = tailOf(string(out.Output))
-			if out.TimedOut {
-				res.Tail = strings.TrimLeft(res.Tail+fmt.Sprintf("\n(killed after %s)", timeout), "\n")
-			} else if res.Tail == "" {
-				res.Tail = fmt.Sprintf("exit status %d", out.ExitCode)
-			}
-		}
 		results = append(results, res)
-		if !res.OK {
+		if !res.OK() {
 			return results, nil
 		}
 	}
@@ -97,7 +57,7 @@ func runGate(ctx context.Context, sb sandbox.Sandbox, cmds []policy.GateCommand,
 }
 
 // gateFailed describes the failing command for a gate-failed refusal.
-func gateFailed(results []GateResult) *refusal.Refusal {
+func gateFailed(results []sandbox.GateResult) *refusal.Refusal {
 	last := results[len(results)-1]
 	why := "exited non-zero"
 	if last.TimedOut {
@@ -106,6 +66,12 @@ func gateFailed(results []GateResult) *refusal.Refusal {
 	r := refusal.New("gate-failed",
 		fmt.Sprintf("gate command %q %s on the squashed tree", last.Name, why),
 		"fix the change (re-dispatch the worker with the gate output), review and approve again, then land")
-	r.Detail = last.Tail
+	r.Detail = last.OutputTail
+	switch {
+	case last.TimedOut:
+		r.Detail = strings.TrimLeft(r.Detail+fmt.Sprintf("\n(killed after %s)", last.Duration.Round(time.Millisecond)), "\n")
+	case r.Detail == "":
+		r.Detail = fmt.Sprintf("exit status %d", last.ExitCode)
+	}
 	return r
 }

@@ -1,6 +1,7 @@
 package land
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
@@ -72,11 +74,7 @@ type Options struct {
 	// gate has commands is refused (sandbox-unavailable), never run
 	// unisolated.
 	Sandbox sandbox.Sandbox
-	// Out is not used: Run prints nothing, it returns the Outcome and
-	// cmd/conductor renders it. The field stays only while the tests of
-	// runtask and conductor/web still set it; remove it once they stop.
-	Out io.Writer
-	Log *slog.Logger
+	Log     *slog.Logger
 	// Fault, when set, is called at each named step (tests kill the
 	// process there).
 	Fault func(step string)
@@ -94,21 +92,21 @@ const (
 
 // Outcome says what a landing did (or, in a dry run, would do).
 type Outcome struct {
-	Decision       string           `json:"decision"`
-	Status         string           `json:"status"`
-	Commit         string           `json:"commit,omitempty"`
-	Target         string           `json:"target,omitempty"`
-	Parent         string           `json:"parent,omitempty"` // the target tip the commit sits on
-	Tree           string           `json:"tree,omitempty"`
-	ReviewedCommit string           `json:"reviewedCommit,omitempty"`
-	PatchID        string           `json:"patchId,omitempty"`
-	Mode           string           `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
-	Attempts       int              `json:"attempts,omitempty"`
-	Gate           []GateResult     `json:"gate,omitempty"`
-	Message        string           `json:"message,omitempty"` // the commit message (dry run)
-	Files          []string         `json:"files,omitempty"`
-	Refusal        *refusal.Refusal `json:"refusal,omitempty"`
-	Warning        string           `json:"warning,omitempty"`
+	Decision       string               `json:"decision"`
+	Status         string               `json:"status"`
+	Commit         string               `json:"commit,omitempty"`
+	Target         string               `json:"target,omitempty"`
+	Parent         string               `json:"parent,omitempty"` // the target tip the commit sits on
+	Tree           string               `json:"tree,omitempty"`
+	ReviewedCommit string               `json:"reviewedCommit,omitempty"`
+	PatchID        string               `json:"patchId,omitempty"`
+	Mode           string               `json:"mode,omitempty"` // "tree" (no checkout) or "worktree"
+	Attempts       int                  `json:"attempts,omitempty"`
+	Gate           []sandbox.GateResult `json:"gate,omitempty"`
+	Message        string               `json:"message,omitempty"` // the commit message (dry run)
+	Files          []string             `json:"files,omitempty"`
+	Refusal        *refusal.Refusal     `json:"refusal,omitempty"`
+	Warning        string               `json:"warning,omitempty"`
 }
 
 // Modes of the squash and gate.
@@ -247,11 +245,11 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	}()
 
 	// Landings on one target serialize on this lock (held through the gate).
-	lock, err := acquire(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
+	lock, err := filelock.Wait(ctx, filepath.Join(o.DataRoot, "land", "locks", l.key+".lock"))
 	if err != nil {
 		return out, err
 	}
-	defer lock.release()
+	defer filelock.Unlock(lock)
 	o.Fault("lock")
 	if err := l.cleanStale(ctx); err != nil {
 		o.Log.Warn("land: cleaning stale scratch worktrees", "err", err)
@@ -424,7 +422,7 @@ func (l *lander) land(ctx context.Context) (Outcome, error) {
 		return out, err
 	}
 	tipObj, workObj, apprObj := objs[0], objs[1], objs[2]
-	l.workAt = firstNonEmpty(refs[1], workObj.ID)
+	l.workAt = cmp.Or(refs[1], workObj.ID)
 	if tipObj.ID == "" {
 		return out, refusal.New("target-not-found",
 			fmt.Sprintf("target branch %s does not exist in %s", l.target, l.g.GitDir),
@@ -493,7 +491,7 @@ func (l *lander) checkVerdict(ctx context.Context, apprObj git.Object) error {
 	}
 	if !sameCommit(v.Commit, d.Commit, apprObj.ID) {
 		return refusal.New("verdict-stale",
-			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", short(v.Commit), short(d.Commit)),
+			fmt.Sprintf("the latest verdict approves %s, the decision raised %s", orNoneID(v.Commit), orNoneID(d.Commit)),
 			"review the raised commit (or raise a decision for the approved one), then land")
 	}
 	l.v = v
@@ -506,15 +504,15 @@ func (l *lander) checkWorkRef(workObj, apprObj git.Object) error {
 	switch {
 	case apprObj.ID == "":
 		return refusal.New("work-ref-moved",
-			fmt.Sprintf("the approved commit %s does not exist in %s", short(d.Commit), l.g.GitDir),
+			fmt.Sprintf("the approved commit %s does not exist in %s", patch.Short(d.Commit), l.g.GitDir),
 			"review the work ref's current commit and raise a new decision")
 	case workObj.ID == "":
 		return refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, short(apprObj.ID)),
+			fmt.Sprintf("work ref %s no longer exists (approved %s)", d.WorkRef, patch.Short(apprObj.ID)),
 			"restore the work ref to the approved commit, or review and raise again")
 	case workObj.ID != apprObj.ID:
 		return refusal.New("work-ref-moved",
-			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, short(workObj.ID), short(apprObj.ID)),
+			fmt.Sprintf("work ref %s is at %s, the approved commit is %s", d.WorkRef, patch.Short(workObj.ID), patch.Short(apprObj.ID)),
 			"review the new commit and raise a new decision; the approval covers only what was reviewed")
 	}
 	return nil
@@ -522,7 +520,7 @@ func (l *lander) checkWorkRef(workObj, apprObj git.Object) error {
 
 // readRun reads the run the work came from (for the receipt), when known.
 func (l *lander) readRun(ctx context.Context) error {
-	runID := firstNonEmpty(l.d.RunID, l.v.RunID)
+	runID := cmp.Or(l.d.RunID, l.v.RunID)
 	if runID == "" {
 		return nil
 	}
@@ -557,7 +555,7 @@ func (l *lander) attempts(ctx context.Context, tip string, out Outcome) (Outcome
 		}
 		if attempt >= 2 || newTip == "" {
 			return out, refusal.New("target-moved",
-				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, short(tip), short(newTip), attempt),
+				fmt.Sprintf("%s moved from %s to %s while landing (after %d attempts)", l.target, patch.Short(tip), patch.Short(newTip), attempt),
 				"land again once the target is quiet; nothing was committed")
 		}
 		l.o.Log.Info("land: target moved, retrying from the new tip", "target", l.target, "from", tip, "to", newTip)
@@ -655,7 +653,7 @@ func (l *lander) checkPolicy(sp *speculation, tip string, out *Outcome) error {
 	changes, err := sp.policyChanges()
 	if errors.Is(err, patch.ErrNoMergeBase) {
 		return refusal.New("conflict",
-			fmt.Sprintf("%s and %s share no history", l.target, short(l.approved.ID)),
+			fmt.Sprintf("%s and %s share no history", l.target, patch.Short(l.approved.ID)),
 			"rebase the work onto the target and review again")
 	}
 	if err != nil {
@@ -690,7 +688,7 @@ func (l *lander) gateTree(ctx context.Context, tip, tree string, out *Outcome) e
 	if err != nil {
 		return err
 	}
-	if len(results) > 0 && !results[len(results)-1].OK {
+	if len(results) > 0 && !results[len(results)-1].OK() {
 		return gateFailed(results)
 	}
 	o.Fault("gate")
@@ -700,6 +698,11 @@ func (l *lander) gateTree(ctx context.Context, tip, tree string, out *Outcome) e
 	return nil
 }
 
+// orNoneID abbreviates an id read from the store or a note, where it may
+// be missing.
+func orNoneID(id string) string { return cmp.Or(patch.Short(id), "(none)") }
+
+// orNone names a patch-id, which is empty for an empty diff.
 func orNone(s string) string {
 	if s == "" {
 		return "(empty diff)"
@@ -728,25 +731,6 @@ func combine(rs []*refusal.Refusal) *refusal.Refusal {
 		first.Detail = strings.TrimRight(strings.TrimSpace(first.Detail+"\n"+b.String()), "\n")
 	}
 	return &first
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	if id == "" {
-		return "(none)"
-	}
-	return id
-}
-
-func firstNonEmpty(ss ...string) string {
-	for _, s := range ss {
-		if s != "" {
-			return s
-		}
-	}
-	return ""
 }
 
 // latestVerdict is the newest verdict on the work ref, whichever way it was
@@ -817,7 +801,7 @@ func (l *lander) checkRefs(ctx context.Context) error {
 	}
 	if n.Type != "commit" {
 		return refusal.New("notes-ref-invalid",
-			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, short(n.ID)),
+			fmt.Sprintf("%s points at a %s (%s), not a notes commit", NotesRef, n.Type, patch.Short(n.ID)),
 			"point "+NotesRef+" at the receipts' notes commit (or delete it if it holds none): git update-ref "+NotesRef+" COMMIT")
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -221,7 +222,7 @@ func TestLandMessageSaysWhatLanded(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := []string{
-				"Lands the candidate with patch-id " + short(out.PatchID),
+				"Lands the candidate with patch-id " + patch.Short(out.PatchID),
 				"The gate (check) was run again on the landed tree at the target and passed.",
 				"in decision " + id,
 				"Decision-Id: " + id, // the trailers stay, for machines

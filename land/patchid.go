@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/patch"
 )
 
 // Where landing checks the patch-id: this file. The binding patch-id of a
@@ -45,7 +46,7 @@ func (l *lander) measure(ctx context.Context, tip, tree string, w io.Writer) (st
 		return "", err
 	}
 	if tipTree.ID == "" {
-		return "", fmt.Errorf("squash onto %s: the tip has no tree", short(tip))
+		return "", fmt.Errorf("squash onto %s: the tip has no tree", patch.Short(tip))
 	}
 	d, err := l.differ()
 	if err != nil {
@@ -53,7 +54,7 @@ func (l *lander) measure(ctx context.Context, tip, tree string, w io.Writer) (st
 	}
 	pid, err := d.Diff(ctx, tipTree.ID, tree, w)
 	if err != nil {
-		return "", fmt.Errorf("patch-id of the squash onto %s: %w", short(tip), err)
+		return "", fmt.Errorf("patch-id of the squash onto %s: %w", patch.Short(tip), err)
 	}
 	return pid, nil
 }
@@ -66,6 +67,6 @@ func checkPatchID(tip string, sq squashed, reviewed string) *refusal.Refusal {
 		return nil
 	}
 	return refusal.New("patch-id-mismatch",
-		fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", short(tip), orNone(sq.pid), reviewed),
+		fmt.Sprintf("the squash onto %s has patch-id %s, the verdict approved %s", patch.Short(tip), orNone(sq.pid), reviewed),
 		"the change as it would land differs from what was reviewed (target changed nearby, or the diff was altered): rebase, review and approve again")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -177,9 +178,9 @@ func comparable(o Outcome) Outcome {
 	if o.Status == StatusPreview {
 		o.Status = StatusDryRun
 	}
-	o.Gate = append([]GateResult(nil), o.Gate...)
+	o.Gate = append([]sandbox.GateResult(nil), o.Gate...)
 	for i := range o.Gate {
-		o.Gate[i].Seconds = 0
+		o.Gate[i].Duration = 0
 	}
 	return o
 }

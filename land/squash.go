@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/patch/git"
 )
 
@@ -55,16 +56,16 @@ func (l *lander) mergeTree(ctx context.Context, tip, approved string) (string, e
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == 1 && len(lines) > 1 {
 			r := refusal.New("conflict",
-				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", short(tip), len(lines)-1),
+				fmt.Sprintf("the approved change does not apply cleanly onto %s (%d conflicting path(s))", patch.Short(tip), len(lines)-1),
 				"rebase the work onto the target, review and approve again, then land")
 			r.Detail = strings.Join(lines[1:], "\n")
 			return "", r
 		}
-		return "", fmt.Errorf("squash onto %s: %w", short(tip), err)
+		return "", fmt.Errorf("squash onto %s: %w", patch.Short(tip), err)
 	}
 	tree := strings.TrimSpace(lines[0])
 	if len(tree) < 40 {
-		return "", fmt.Errorf("squash onto %s: unexpected merge-tree output %q", short(tip), out)
+		return "", fmt.Errorf("squash onto %s: unexpected merge-tree output %q", patch.Short(tip), out)
 	}
 	return tree, nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
@@ -43,10 +44,10 @@ func (l *lander) changes(ctx context.Context, tip, approved string, diff func(io
 		if errors.Is(r.err, patch.ErrNoMergeBase) {
 			return nil, "", r.err
 		}
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), r.err)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", patch.Short(tip), patch.Short(approved), r.err)
 	}
 	if perr != nil {
-		return nil, "", fmt.Errorf("diff %s...%s: %w", short(tip), short(approved), perr)
+		return nil, "", fmt.Errorf("diff %s...%s: %w", patch.Short(tip), patch.Short(approved), perr)
 	}
 	return cs, r.pid, nil
 }
@@ -120,7 +121,7 @@ func (l *lander) linkAt(root git.Object) func(string) (string, bool) {
 // so nothing the gate runs can reach the repository through git; root/home
 // and root/tmp are the commands' HOME and TMPDIR. The root and the worktree's
 // admin folder are removed before it returns.
-func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]GateResult, error) {
+func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip, tree string) ([]sandbox.GateResult, error) {
 	if len(cmds) == 0 && mode == ModeTree {
 		return nil, nil
 	}
@@ -174,7 +175,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 // the repository through git.
 func checkoutTree(ctx context.Context, wg git.Git, tree string) error {
 	if _, err := wg.Run(ctx, "read-tree", "--reset", "-u", tree); err != nil {
-		return fmt.Errorf("gate worktree: check out %s: %w", short(tree), err)
+		return fmt.Errorf("gate worktree: check out %s: %w", patch.Short(tree), err)
 	}
 	got, err := wg.Line(ctx, "write-tree")
 	if err != nil {

@@ -254,7 +254,7 @@ func (d *TreeDiffer) Diff(ctx context.Context, from, to string, w io.Writer) (st
 	fromTree, toTree := from, to
 	// Full object ids (of commits or trees) go to diff-tree as they are;
 	// anything else is resolved and checked first.
-	if !IsObjectID(from) || !IsObjectID(to) {
+	if !git.IsObjectID(from) || !git.IsObjectID(to) {
 		var err error
 		if fromTree, err = resolveTree(ctx, d.repo, "from", from); err != nil {
 			return "", fmt.Errorf("diff trees: %w", err)
@@ -282,11 +282,11 @@ var ErrNoMergeBase = errors.New("no merge base")
 // picks) and returns its binding patch-id: the merge base and the diff in
 // one git process.
 func (d *TreeDiffer) DiffFromMergeBase(ctx context.Context, a, b string, w io.Writer) (string, error) {
-	if !IsObjectID(a) || !IsObjectID(b) {
+	if !git.IsObjectID(a) || !git.IsObjectID(b) {
 		return "", fmt.Errorf("diff from merge base: %q and %q must be full object ids", a, b)
 	}
 	id, _, _, err := canonicalDiff(ctx, d.n.Git, []string{"diff"}, []string{a + "..." + b}, w, false)
-	var ge *GitError
+	var ge *git.GitError
 	if errors.As(err, &ge) && bytes.Contains(ge.Stderr, []byte(": no merge base")) {
 		return "", ErrNoMergeBase
 	}

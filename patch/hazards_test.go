@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // hazardTree makes a worktree-like folder holding one of each hazard, and
@@ -181,7 +183,7 @@ func TestGitDeadline(t *testing.T) {
 	}
 	g := Git{GitDir: filepath.Join(dir, "nest"), Timeout: 200 * time.Millisecond}
 	_, err := g.Run(context.Background(), "rev-parse", "HEAD")
-	var ge *GitError
+	var ge *git.GitError
 	if !errors.As(err, &ge) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "deadline") {
 		t.Fatalf("blocked git: %v", err)
 	}

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/conductor-dev/conductor/conductor/filelock"
 )
 
 // neutralAttributes is the attributes file of a neutral git dir. The
@@ -117,7 +119,7 @@ func (n *neutralRepo) close() {
 	if n != nil && n.dir != "" {
 		os.RemoveAll(n.dir)
 		if n.lock != nil {
-			n.lock.Close() // drops the flock
+			filelock.Unlock(n.lock)
 		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // TestReadRefs: loose, packed and symbolic refs read in process agree with
@@ -17,7 +19,7 @@ func TestReadRefs(t *testing.T) {
 	testGit(t, repo, nil, "update-ref", "refs/heads/loose", head)
 	testGit(t, repo, nil, "symbolic-ref", "refs/heads/sym", "refs/heads/packed")
 	gitDir := filepath.Join(repo, ".git")
-	got, err := ReadRefs(gitDir, "HEAD", "refs/heads/packed", "refs/heads/loose", "refs/heads/sym", "refs/heads/none")
+	got, err := git.ReadRefs(gitDir, "HEAD", "refs/heads/packed", "refs/heads/loose", "refs/heads/sym", "refs/heads/none")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +27,7 @@ func TestReadRefs(t *testing.T) {
 		t.Fatalf("ReadRefs = %v, want %v", got, want)
 	}
 	os.WriteFile(filepath.Join(gitDir, "refs", "heads", "broken"), []byte("not an id\n"), 0o644)
-	if ids, err := ReadRefs(gitDir, "refs/heads/broken"); err == nil {
+	if ids, err := git.ReadRefs(gitDir, "refs/heads/broken"); err == nil {
 		t.Fatalf("a broken ref read as %q", ids)
 	}
 }

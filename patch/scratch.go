@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/conductor-dev/conductor/conductor/filelock"
 )
 
 // A throw-away git dir is a folder "conductor-git-<pid>-<random>" in the
@@ -35,14 +37,13 @@ func makeScratch(dir string) (string, *os.File, error) {
 	// The lock is taken under a temporary name and renamed into place, so
 	// a cleaner never finds an owner.lock that is not locked yet.
 	tmp := filepath.Join(path, scratchLock+".new")
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := filelock.TryLock(tmp)
+	if err == nil && f == nil {
+		err = errors.New("held by another process")
+	}
 	if err == nil {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			err = os.Rename(tmp, filepath.Join(path, scratchLock))
-		}
-		if err != nil {
-			f.Close()
+		if err = os.Rename(tmp, filepath.Join(path, scratchLock)); err != nil {
+			filelock.Unlock(f)
 		}
 	}
 	if err != nil {
@@ -88,7 +89,7 @@ func CleanScratch(dir string) (int, error) {
 // scratchStale reports whether the folder path ("conductor-git-" + rest) has
 // no living owner.
 func scratchStale(path, rest string) bool {
-	f, err := os.OpenFile(filepath.Join(path, scratchLock), os.O_RDWR, 0)
+	f, err := filelock.TryLockExisting(filepath.Join(path, scratchLock))
 	if err != nil {
 		// No lock (yet): stale only when the pid in the name is gone.
 		pidText, _, _ := strings.Cut(rest, "-")
@@ -98,10 +99,10 @@ func scratchStale(path, rest string) bool {
 		}
 		return pid != os.Getpid() && errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 	}
-	defer f.Close()
-	if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+	if f == nil {
 		return false // held: in use
 	}
+	filelock.Unlock(f)
 	// Taken: the owner is gone (or has just finished, and removes it too).
 	return true
 }

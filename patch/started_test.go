@@ -6,11 +6,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // TestStarted: a git started before its input runs it like RunInput; one
 // abandoned does nothing (an empty `update-ref --stdin` moves no ref); a
-// failure is a *GitError carrying git's message; Wait may be repeated.
+// failure is a *git.GitError carrying git's message; Wait may be repeated.
 func TestStarted(t *testing.T) {
 	requireGit(t)
 	repo, head := committedRepo(t)
@@ -29,18 +31,18 @@ func TestStarted(t *testing.T) {
 	s = g.Start(ctx, "update-ref", "--stdin")
 	s.Abandon()
 	s.Abandon()
-	if ids, _ := ReadRefs(g.GitDir, "refs/heads/x"); ids[0] != "" {
+	if ids, _ := git.ReadRefs(g.GitDir, "refs/heads/x"); ids[0] != "" {
 		t.Fatalf("an abandoned update-ref wrote %s", ids[0])
 	}
 	if _, err := g.Start(ctx, "update-ref", "--stdin").Run("update refs/heads/x " + head + "\n"); err != nil {
 		t.Fatal(err)
 	}
-	if ids, _ := ReadRefs(g.GitDir, "refs/heads/x"); ids[0] != head {
+	if ids, _ := git.ReadRefs(g.GitDir, "refs/heads/x"); ids[0] != head {
 		t.Fatalf("update-ref: x is %q", ids[0])
 	}
 
 	_, err = g.Start(ctx, "update-ref", "--stdin").Run("update refs/heads/x " + head + " " + strings.Repeat("1", 40) + "\n")
-	var ge *GitError
+	var ge *git.GitError
 	if !errors.As(err, &ge) || !strings.Contains(string(ge.Stderr), "cannot lock ref") {
 		t.Fatalf("a failed compare-and-swap: %v", err)
 	}

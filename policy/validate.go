@@ -120,13 +120,7 @@ func (c checker) roleCommands(r *RoleContract, runs bool) {
 			c.bad(f, "empty argv: an allowlist entry is an argv prefix such as [\"go\",\"test\"]")
 			continue
 		}
-		for j, a := range argv {
-			if strings.TrimSpace(a) == "" {
-				c.bad(idx(f, j), "empty argument")
-			} else if strings.ContainsRune(a, 0) {
-				c.bad(idx(f, j), "argument contains a NUL byte")
-			}
-		}
+		checkArgs(c, f, argv)
 		if isShell(argv[0]) {
 			c.bad(idx(f, 0), "%q runs arbitrary commands: allowlist the real commands instead", argv[0])
 		}
@@ -319,6 +313,11 @@ func checkArgv(c checker, field string, argv []string) {
 		c.bad(field, "required: a non-empty argv array")
 		return
 	}
+	checkArgs(c, field, argv)
+}
+
+// checkArgs checks each argument of argv (at field): not blank, no NUL.
+func checkArgs(c checker, field string, argv []string) {
 	for j, a := range argv {
 		if strings.TrimSpace(a) == "" {
 			c.bad(idx(field, j), "empty argument")

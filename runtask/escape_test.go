@@ -16,7 +16,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -446,7 +445,7 @@ func (e *escapeEnv) reviewAndLand(t *testing.T, a attempt, o *outcome) {
 			t.Fatal(err)
 		}
 		out, err := land.Run(ctx, land.Options{Sandbox: e.gate, Store: st, Rules: e.pol.Landing(), DecisionID: rep.Decision.ID,
-			DataRoot: e.data, Getenv: e.getenv, Out: io.Discard})
+			DataRoot: e.data, Getenv: e.getenv})
 		o.landed, o.landErr = &out, err
 		afterStage("land")
 		return

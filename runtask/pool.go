@@ -24,6 +24,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 // Pool keeps finished worktrees of one repository warm: a released worktree
@@ -390,7 +391,7 @@ func (l *Lease) baseline(ctx context.Context) error {
 // stash returns the number of stash entries and the stash tip.
 func (l *Lease) stash(ctx context.Context) (int, string) {
 	// refs/stash lives in the common git dir, which l.pool.Repo names.
-	ids, err := patch.ReadRefs(l.pool.Repo.CommonDir(), "refs/stash")
+	ids, err := pgit.ReadRefs(l.pool.Repo.CommonDir(), "refs/stash")
 	if err != nil { // not an id: git says what it is
 		tip, gerr := l.Git.Line(ctx, "rev-parse", "-q", "--verify", "refs/stash")
 		ids, err = []string{tip}, gerr
@@ -749,14 +750,28 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 			if !over {
 				continue
 			}
-			lk, err := filelock.TryLock(p.lockPath(m.Slot))
-			if err != nil || lk == nil {
-				continue
+			if v := p.tryClaim(m); v != nil {
+				victims = append(victims, v)
 			}
-			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
 		}
 		return nil
 	})
+	removed, derr := discardAll(ctx, victims)
+	return removed, errors.Join(derr, err)
+}
+
+// tryClaim leases slot m when no live process holds it (nil when one does).
+func (p *Pool) tryClaim(m SlotMeta) *Lease {
+	lk, err := filelock.TryLock(p.lockPath(m.Slot))
+	if err != nil || lk == nil {
+		return nil
+	}
+	return &Lease{Meta: m, pool: p, lock: lk}
+}
+
+// discardAll discards the claimed slots and names them all (a slot whose
+// removal failed is gone from the pool all the same).
+func discardAll(ctx context.Context, victims []*Lease) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, v := range victims {
@@ -765,7 +780,7 @@ func (p *Pool) evict(ctx context.Context) ([]string, error) {
 		}
 		removed = append(removed, v.Meta.Slot)
 	}
-	return removed, errors.Join(append(errs, err)...)
+	return removed, errors.Join(errs...)
 }
 
 // poolInfo is pool.json: which repository a pool folder belongs to.
@@ -814,6 +829,18 @@ type SlotStatus struct {
 	SlotMeta
 	InUse  bool `json:"inUse"`  // a live process holds it
 	Exists bool `json:"exists"` // the worktree folder exists
+}
+
+// Shown is the slot's state as people read it: "broken" (its worktree is
+// gone), "in use" (a live process holds it), else its recorded state.
+func (s SlotStatus) Shown() string {
+	switch {
+	case !s.Exists:
+		return "broken"
+	case s.InUse:
+		return "in use"
+	}
+	return s.State
 }
 
 // Status lists the pool's slots.
@@ -865,24 +892,16 @@ func (p *Pool) Prune(ctx context.Context, all, orphans bool) ([]string, error) {
 			if !(gone || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)) {
 				continue
 			}
-			lk, err := filelock.TryLock(p.lockPath(n))
-			if err != nil || lk == nil {
-				continue // in use by a live process
+			if v := p.tryClaim(m); v != nil { // else in use by a live process
+				victims = append(victims, v)
 			}
-			victims = append(victims, &Lease{Meta: m, pool: p, lock: lk})
 		}
 		return nil
 	})
-	var removed []string
-	var errs []error
-	for _, v := range victims {
-		if err := v.discard(ctx); err != nil {
-			errs = append(errs, err)
-		}
-		removed = append(removed, v.Meta.Slot)
-	}
+	removed, derr := discardAll(ctx, victims)
+	errs := []error{derr}
 	if err != nil {
-		return removed, err
+		return removed, errors.Join(derr, err)
 	}
 	if !all {
 		more, err := p.evict(ctx)

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor"
-	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 func newTestPool(t *testing.T, max int) (*Pool, string, string) {
 	t.Helper()
 	repo := newTestRepo(t, nil)
-	g, err := patch.OpenRepo(repo)
+	g, err := pgit.OpenRepo(repo)
 	if err != nil {
 		t.Fatal(err)
 	}

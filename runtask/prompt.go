@@ -108,7 +108,7 @@ func buildPrompt(ctx context.Context, repo patch.Git, base string, role RolePoli
 			return sp, fmt.Errorf("task %s: brief: %w", task.ID, err)
 		}
 		if brief == nil {
-			return sp, fmt.Errorf("task %s: brief %s: not in the repository at the base commit %s (a job's brief is read from the repository, never a working tree: commit it)", task.ID, rel, short(base))
+			return sp, fmt.Errorf("task %s: brief %s: not in the repository at the base commit %s (a job's brief is read from the repository, never a working tree: commit it)", task.ID, rel, patch.Short(base))
 		}
 	}
 	src.Kind = SourceBrief
@@ -140,7 +140,7 @@ func readAtBase(ctx context.Context, git patch.Git, base, p string, limit int) (
 	src := PromptSource{Path: p, Commit: base}
 	out, err := git.Run(ctx, "ls-tree", "-z", "--full-tree", "--end-of-options", base, "--", p)
 	if err != nil {
-		return nil, src, fmt.Errorf("%s at %s: %w", p, short(base), err)
+		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
 	}
 	rec := strings.TrimSuffix(string(out), "\x00")
 	if rec == "" {
@@ -152,22 +152,22 @@ func readAtBase(ctx context.Context, git patch.Git, base, p string, limit int) (
 		return nil, src, nil // a folder's entries (p named a tree) or no match
 	}
 	if f[1] != "blob" || (f[0] != "100644" && f[0] != "100755") {
-		return nil, src, fmt.Errorf("%s at %s: not a regular file (mode %s %s)", p, short(base), f[0], f[1])
+		return nil, src, fmt.Errorf("%s at %s: not a regular file (mode %s %s)", p, patch.Short(base), f[0], f[1])
 	}
 	src.Blob = f[2]
 	size, err := git.Line(ctx, "cat-file", "-s", src.Blob)
 	if err != nil {
-		return nil, src, fmt.Errorf("%s at %s: %w", p, short(base), err)
+		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
 	}
 	if n, err := strconv.Atoi(size); err != nil || n > limit {
-		return nil, src, fmt.Errorf("%s at %s: %s bytes is larger than the role's prompt limit of %d bytes (limits.promptBytes)", p, short(base), size, limit)
+		return nil, src, fmt.Errorf("%s at %s: %s bytes is larger than the role's prompt limit of %d bytes (limits.promptBytes)", p, patch.Short(base), size, limit)
 	}
 	body, err := git.Run(ctx, "cat-file", "blob", src.Blob)
 	if err != nil {
-		return nil, src, fmt.Errorf("%s at %s: %w", p, short(base), err)
+		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
 	}
 	if !utf8.Valid(body) || bytes.IndexByte(body, 0) >= 0 {
-		return nil, src, fmt.Errorf("%s at %s: not UTF-8 text", p, short(base))
+		return nil, src, fmt.Errorf("%s at %s: not UTF-8 text", p, patch.Short(base))
 	}
 	src.Bytes = len(body)
 	return body, src, nil
@@ -218,11 +218,4 @@ func CheckPrompt(ctx context.Context, opts Options) ([]PromptSource, error) {
 	}
 	sp, err := buildPrompt(ctx, repo, base, opts.Role, opts.Task, opts.TaskPath)
 	return sp.Sources, err
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }

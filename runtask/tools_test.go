@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/conductor-dev/conductor/conductor/sandbox"
-	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 func newToolbox(t *testing.T) (*toolbox, string, string) {
@@ -25,7 +25,7 @@ func newToolbox(t *testing.T) (*toolbox, string, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	g, err := patch.OpenRepo(repo)
+	g, err := pgit.OpenRepo(repo)
 	if err != nil {
 		t.Fatal(err)
 	}

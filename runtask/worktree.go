@@ -18,6 +18,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 // ResolveRepo finds the repository a task's workspace names: the explicit
@@ -25,7 +26,7 @@ import (
 // the conductor's clone under <data root>/workspaces/<workspace>.
 func ResolveRepo(repo, workspace string, cfg conductor.Config) (patch.Git, error) {
 	if repo != "" {
-		g, err := patch.OpenRepo(repo)
+		g, err := pgit.OpenRepo(repo)
 		if err != nil {
 			return g, fmt.Errorf("workspace %s: --repo: %w", workspace, err)
 		}
@@ -35,13 +36,13 @@ func ResolveRepo(repo, workspace string, cfg conductor.Config) (patch.Git, error
 	if root := cfg.RepoRoot; root != "" {
 		p := filepath.Join(root, workspace)
 		if _, err := os.Stat(p); err == nil {
-			return patch.OpenRepo(p)
+			return pgit.OpenRepo(p)
 		}
 		tried = append(tried, p+" (WORKER_REPO_ROOT)")
 	}
 	p := filepath.Join(cfg.WorkspacesDir(), workspace)
 	if _, err := os.Stat(p); err == nil {
-		return patch.OpenRepo(p)
+		return pgit.OpenRepo(p)
 	}
 	tried = append(tried, p+" (the conductor's clone)")
 	return patch.Git{}, fmt.Errorf("workspace %q: no repository found; tried %s; pass --repo DIR", workspace, strings.Join(tried, ", "))
@@ -52,7 +53,7 @@ func ResolveBase(ctx context.Context, repo patch.Git, base string) (string, erro
 	if base == "" {
 		// The repository's HEAD, read in process: every task without a
 		// base asks this (a branch always holds a commit).
-		if ids, err := patch.ReadRefs(repo.CommonDir(), "HEAD"); err == nil && ids[0] != "" {
+		if ids, err := pgit.ReadRefs(repo.CommonDir(), "HEAD"); err == nil && ids[0] != "" {
 			return ids[0], nil
 		}
 		base = "HEAD"

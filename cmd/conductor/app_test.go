@@ -13,7 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // TestEveryCommandHasVersionAndExitStatus walks the whole command tree:
@@ -81,7 +81,7 @@ func TestExitCodeNeverLeaks(t *testing.T) {
 		if err == nil {
 			t.Fatalf("sh exit %d: no error", code)
 		}
-		return &patch.GitError{Args: []string{"update-ref"}, Err: err}
+		return &git.GitError{Args: []string{"update-ref"}, Err: err}
 	}
 	ctx := context.Background()
 	for _, tc := range []struct {

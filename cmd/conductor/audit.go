@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/conductor-dev/conductor/land"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 func newAuditCmd(d *deps) *cli.Command {
@@ -24,7 +24,7 @@ func newAuditCmd(d *deps) *cli.Command {
 			"verdict. Exit 0 when everything matches, 3 (audit-mismatch) listing what does not.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "repo", Usage: "repository `DIR` (default: the current directory)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
@@ -34,7 +34,7 @@ func newAuditCmd(d *deps) *cli.Command {
 			if dir == "" {
 				dir, _ = os.Getwd()
 			}
-			g, err := patch.OpenRepo(dir)
+			g, err := git.OpenRepo(dir)
 			if err != nil {
 				return err
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // newCacheCmd is `conductor cache`: the warm Go caches gates start from
@@ -47,7 +48,7 @@ func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
 	if err != nil {
 		return usageErr(err)
 	}
-	g, err := patch.OpenRepo(repo)
+	g, err := git.OpenRepo(repo)
 	if err != nil {
 		return usagef("cache warm: %v", err)
 	}
@@ -120,13 +121,6 @@ func refreshWarmCache(c *cli.Context, d *deps, repo, commit string) {
 		fmt.Fprintf(d.Stderr, "conductor: refresh the warm Go cache: %v\n", err)
 		return
 	}
-	fmt.Fprintf(d.Stderr, "conductor: warming the Go cache from %s in the background (pid %d, log %s)\n", shortID(commit), cmd.Process.Pid, logf.Name())
+	fmt.Fprintf(d.Stderr, "conductor: warming the Go cache from %s in the background (pid %d, log %s)\n", patch.Short(commit), cmd.Process.Pid, logf.Name())
 	_ = cmd.Process.Release()
-}
-
-func shortID(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
 }

@@ -41,10 +41,6 @@ func (d *deps) busWho(by string) string {
 	return "operator"
 }
 
-func decisionJSONFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "json", Usage: "print one JSON object"}
-}
-
 type decisionRaiseOptions struct {
 	req  bus.RaiseRequest
 	json bool
@@ -65,7 +61,7 @@ func newDecisionRaiseCmd(d *deps) *cli.Command {
 			&cli.Int64Flag{Name: "issue", Usage: "forge issue number to close when it lands"},
 			&cli.StringFlag{Name: "by", Usage: "who raises it (default $USER, else operator)"},
 			&cli.StringSliceFlag{Name: "offer", Usage: "an option the decision offers (repeatable; default merge and reject)"},
-			decisionJSONFlag(),
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -132,7 +128,7 @@ func newDecisionResolveCmd(d *deps) *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "option", Required: true, Usage: "the answer: one of the options the decision offers (merge, reject)"},
 			&cli.StringFlag{Name: "by", Usage: "who resolves it (default $USER, else operator)"},
-			decisionJSONFlag(),
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			id, err := decisionIDArg(c)
@@ -179,7 +175,7 @@ func newDecisionShowCmd(d *deps) *cli.Command {
 		Name:      "show",
 		Usage:     "show a decision, its answer and its landing",
 		UsageText: "conductor decision show ID [--json]",
-		Flags:     []cli.Flag{decisionJSONFlag()},
+		Flags:     []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			id, err := decisionIDArg(c)
 			if err != nil {
@@ -271,7 +267,7 @@ func newDecisionListCmd(d *deps) *cli.Command {
 		UsageText: "conductor decision list [--open] [--json]",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "open", Usage: "only decisions not yet resolved"},
-			decisionJSONFlag(),
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {

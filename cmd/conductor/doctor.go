@@ -14,7 +14,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/sandbox"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -104,7 +104,7 @@ A malformed value stops every command with exit status 2 naming it.`,
 			if err != nil {
 				opts.Forge = &forge.Report{Configured: true, Checks: []forge.Check{{Name: "settings", Detail: err.Error()}}}
 			} else if fs.URL != "" {
-				local, _ := patch.OpenRepo(c.String("C"))
+				local, _ := git.OpenRepo(c.String("C"))
 				fr := forge.CheckForge(c.Context, fs, local, d.Getenv, d.Log)
 				opts.Forge = &fr
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // extractOptions are the parsed flags of `conductor extract`.
@@ -74,7 +75,7 @@ type extractJSON struct {
 }
 
 func runExtract(ctx context.Context, d *deps, opts extractOptions) error {
-	repo, err := patch.OpenRepo(opts.Repo)
+	repo, err := git.OpenRepo(opts.Repo)
 	if err != nil {
 		return fmt.Errorf("extract: --repo: %w", err)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"io"
+
+	"github.com/urfave/cli/v2"
 )
 
 // The one JSON writer of the command line. Every --json prints through
@@ -26,4 +28,9 @@ func writeJSON(w io.Writer, v any) error {
 
 func writeJSONLine(w io.Writer, v any) error {
 	return json.NewEncoder(w).Encode(v)
+}
+
+// jsonFlag is the --json flag of the commands that print one JSON object.
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print one JSON object"}
 }

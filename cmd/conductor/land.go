@@ -48,7 +48,7 @@ func newLandCmd(d *deps) *cli.Command {
 			&cli.BoolFlag{Name: "preview", Usage: "a dry run of a decision that is still open, as if merged now (commits nothing, leaves the decision open)"},
 			&cli.StringFlag{Name: "by", Usage: "with --preview: who the preview answers merge as, in the message it shows (default $USER, else operator)"},
 			&cli.StringFlag{Name: "sandbox", Usage: "sandbox backend for the gate: bwrap, docker, auto or none (env CONDUCTOR_GATE_SANDBOX, else WORKER_SANDBOX; default: auto; the gate runs worker-written code)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 			&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress line on a terminal"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the repository's roles/ folder when it has one)"},
 			&cli.BoolFlag{Name: "worktree", Usage: "run the gate in a scratch worktree checkout of the tree even when no gate command needs files"},
@@ -195,7 +195,7 @@ func renderLandOutcome(w io.Writer, asJSON bool, out land.Outcome) error {
 		fmt.Fprintf(&b, "would land %s on %s\n  parent   %s\n  tree     %s\n  reviewed %s\n  patch-id %s\n  mode     %s\n  files    %d\n",
 			out.Decision, out.Target, out.Parent, out.Tree, out.ReviewedCommit, out.PatchID, out.Mode, len(out.Files))
 		for _, g := range out.Gate {
-			fmt.Fprintf(&b, "  gate     %s passed (%.1fs)\n", g.Name, g.Seconds)
+			fmt.Fprintf(&b, "  gate     %s passed (%.1fs)\n", g.Name, g.Duration.Seconds())
 		}
 		fmt.Fprintf(&b, "  message\n%s\n", indentLines(out.Message, "    "))
 		_, err = io.WriteString(w, b.String())

@@ -16,6 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/forge/fakegitea"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
@@ -40,7 +41,7 @@ func TestScriptLand(t *testing.T) {
 }
 
 func landGit(ts *testscript.TestScript, repo string) patch.Git {
-	g, err := patch.OpenRepo(ts.MkAbs(repo))
+	g, err := git.OpenRepo(ts.MkAbs(repo))
 	ts.Check(err)
 	g = patch.Git{GitDir: g.CommonDir()}
 	var env []string

@@ -31,7 +31,7 @@ func newPolicyCmd(d *deps) *cli.Command {
 				Name:      "check",
 				Usage:     "validate the default contracts merged with DIR/roles (or DIR); list every problem",
 				ArgsUsage: "[DIR]",
-				Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+				Flags:     []cli.Flag{jsonFlag()},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 1 {
 						return usagef("policy check takes at most one DIR, got %d arguments", c.NArg())

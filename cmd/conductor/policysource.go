@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/roles"
 )
@@ -47,7 +48,7 @@ func enforcedPolicy(ctx context.Context, flag, gitDir, rev string) (*policy.Poli
 // resolve or its tree has no roles/ folder.
 func committedRoles(ctx context.Context, g patch.Git, rev string) (map[string][]byte, string, error) {
 	tree, err := g.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", rev+"^{tree}")
-	if err != nil || !patch.IsObjectID(tree) {
+	if err != nil || !git.IsObjectID(tree) {
 		return nil, "", nil
 	}
 	out, err := g.Run(ctx, "ls-tree", "-z", tree, "--", "roles/")

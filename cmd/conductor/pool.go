@@ -2,16 +2,13 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"fmt"
-	"os/exec"
+	"io"
 	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -29,16 +26,16 @@ func newPoolCmd(d *deps) *cli.Command {
 				Name:      "status",
 				Usage:     "list pooled worktrees: free, busy (a running worker) or kept for a session",
 				UsageText: "conductor pool status [--repo DIR] [--json]",
-				Flags:     []cli.Flag{repoFlag, baseFlag, &cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+				Flags:     []cli.Flag{repoFlag, baseFlag, jsonFlag()},
 				Action: func(c *cli.Context) error {
 					if c.NArg() > 0 {
 						return usagef("pool status takes no arguments")
 					}
-					pools, err := openPools(c, d)
+					pools, err := runtask.PoolStatus(c.Context, poolsOptions(c, d))
 					if err != nil {
 						return err
 					}
-					return poolStatus(c, d, pools)
+					return renderPoolStatus(d.Stdout, pools, c.Bool("json"))
 				},
 			},
 			{
@@ -53,115 +50,57 @@ func newPoolCmd(d *deps) *cli.Command {
 					if c.NArg() > 0 {
 						return usagef("pool prune takes no arguments")
 					}
-					pools, err := openPools(c, d)
-					if err != nil {
-						return err
-					}
-					n := 0
-					for _, p := range pools {
-						removed, err := p.Prune(c.Context, c.Bool("all"), c.Bool("orphans"))
-						for _, s := range removed {
-							fmt.Fprintf(d.Stdout, "removed %s\n", s)
-						}
-						n += len(removed)
-						if err != nil {
-							return fmt.Errorf("pool %s: %w", p.Dir, err)
-						}
-					}
-					fmt.Fprintf(d.Stderr, "pruned %d worktrees\n", n)
-					if c.Bool("orphans") {
-						names, err := reapDockerOrphans(c.Context, sandbox.OptionsFrom(d.config(c).SandboxLimits))
-						for _, name := range names {
-							fmt.Fprintf(d.Stdout, "removed container %s\n", name)
-						}
-						if err != nil && !errors.Is(err, errNoDocker) {
-							// No engine here, or it is down: nothing to
-							// reap now (the next start does it).
-							fmt.Fprintf(d.Stderr, "conductor: sandbox containers not checked: %v\n", err)
-						}
-					}
-					return nil
+					rep, err := runtask.PrunePools(c.Context, runtask.PruneOptions{PoolsOptions: poolsOptions(c, d),
+						All: c.Bool("all"), Orphans: c.Bool("orphans")})
+					renderPrune(d, rep, err == nil)
+					return err
 				},
 			},
 		},
 	}
 }
 
-func openPools(c *cli.Context, d *deps) ([]*runtask.Pool, error) {
-	cfg := d.config(c)
-	if repo := c.String("repo"); repo != "" {
-		g, err := patch.OpenRepo(repo)
-		if err != nil {
-			return nil, err
-		}
-		return []*runtask.Pool{runtask.NewPool(cfg.WorktreeBase, g, cfg)}, nil
-	}
-	return runtask.OpenPools(cfg.WorktreeBase, cfg)
+func poolsOptions(c *cli.Context, d *deps) runtask.PoolsOptions {
+	return runtask.PoolsOptions{Config: d.config(c), Repo: c.String("repo")}
 }
 
-func poolStatus(c *cli.Context, d *deps, pools []*runtask.Pool) error {
-	type poolOut struct {
-		Dir   string               `json:"dir"`
-		Repo  string               `json:"repo"`
-		Slots []runtask.SlotStatus `json:"slots"`
+// renderPrune prints what a prune removed (the summary only when it
+// finished).
+func renderPrune(d *deps, rep runtask.PruneReport, finished bool) {
+	for _, s := range rep.Slots {
+		fmt.Fprintf(d.Stdout, "removed %s\n", s)
 	}
-	var out []poolOut
-	for _, p := range pools {
-		st, err := p.Status(c.Context)
-		if err != nil {
-			return fmt.Errorf("pool %s: %w", p.Dir, err)
-		}
-		if st == nil {
-			st = []runtask.SlotStatus{}
-		}
-		out = append(out, poolOut{Dir: p.Dir, Repo: p.Repo.GitDir, Slots: st})
+	if !finished {
+		return
 	}
-	if c.Bool("json") {
-		if out == nil {
-			out = []poolOut{}
-		}
-		return writeJSON(d.Stdout, map[string]any{"pools": out})
+	fmt.Fprintf(d.Stderr, "pruned %d worktrees\n", len(rep.Slots))
+	for _, name := range rep.Containers {
+		fmt.Fprintf(d.Stdout, "removed container %s\n", name)
 	}
-	if len(out) == 0 {
-		fmt.Fprintln(d.Stdout, "no pooled worktrees")
+	if rep.ContainersNotChecked != nil {
+		fmt.Fprintf(d.Stderr, "conductor: sandbox containers not checked: %v\n", rep.ContainersNotChecked)
+	}
+}
+
+func renderPoolStatus(w io.Writer, pools []runtask.PoolReport, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, map[string]any{"pools": pools})
+	}
+	if len(pools) == 0 {
+		fmt.Fprintln(w, "no pooled worktrees")
 		return nil
 	}
-	tw := tabwriter.NewWriter(d.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tSTATE\tOWNER\tBASE\tLAST USED\tMB\tREPO")
-	for _, p := range out {
+	for _, p := range pools {
 		for _, s := range p.Slots {
-			state := s.State
-			switch {
-			case !s.Exists:
-				state = "broken"
-			case s.InUse:
-				state = "in use"
-			case s.State == runtask.SlotBusy:
-				state = "kept"
+			state := s.Shown()
+			if state == runtask.SlotBusy {
+				state = "kept" // for a session: no live process holds it
 			}
-			base := s.Base
-			if len(base) > 12 {
-				base = base[:12]
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, cmp.Or(s.Owner, "-"), base,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f\t%s\n", s.Slot, state, cmp.Or(s.Owner, "-"), patch.Short(s.Base),
 				s.LastUsed.UTC().Format(time.RFC3339), float64(s.Bytes)/(1<<20), p.Repo)
 		}
 	}
 	return tw.Flush()
-}
-
-// errNoDocker: no docker CLI here, so no sandbox container to reap.
-var errNoDocker = errors.New("no docker CLI")
-
-// reapDockerOrphans removes the docker sandbox containers of conductor
-// processes that are gone (sandbox.ReapDockerOrphans); errNoDocker when
-// the docker CLI is not installed. An engine that does not answer is an
-// error.
-func reapDockerOrphans(ctx context.Context, o sandbox.Options) ([]string, error) {
-	if _, err := exec.LookPath(cmp.Or(o.Docker.CLI, "docker")); err != nil {
-		return nil, errNoDocker
-	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	return sandbox.ReapDockerOrphans(ctx, o)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // forgeFlags are the forge settings every forge-facing command takes
@@ -147,7 +148,7 @@ func prOpen(c *cli.Context, d *deps, o prOpenOptions) error {
 		if isRunID(o.target) && fileExists(runDir) {
 			return fmt.Errorf("pr open: run %s has no %s yet (still running?)", o.target, runrec.ResultFile)
 		}
-		local, err := patch.OpenRepo(o.dir)
+		local, err := git.OpenRepo(o.dir)
 		if err != nil {
 			return fmt.Errorf("pr open: %s is neither a run (no %s) nor usable as a branch: %w", o.target, runDir, err)
 		}

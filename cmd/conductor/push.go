@@ -7,6 +7,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 func newPushCmd(d *deps) *cli.Command {
@@ -38,7 +39,7 @@ func newPushCmd(d *deps) *cli.Command {
 }
 
 func pushRun(c *cli.Context, d *deps, branch string) error {
-	local, err := patch.OpenRepo(c.String("C"))
+	local, err := git.OpenRepo(c.String("C"))
 	if err != nil {
 		return fmt.Errorf("push: %w", err)
 	}

@@ -27,7 +27,7 @@ func newQueueCmd(d *deps) *cli.Command {
 				{
 					Name: "list", Usage: "list dead letters, oldest first",
 					UsageText: "conductor queue dead list [--json]",
-					Flags:     append(queueFlags(), &cli.BoolFlag{Name: "json", Usage: "print one JSON object"}),
+					Flags:     append(queueFlags(), jsonFlag()),
 					Action: func(c *cli.Context) error {
 						if c.NArg() != 0 {
 							return usagef("queue dead list takes no arguments (got %q)", c.Args().Slice())

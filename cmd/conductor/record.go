@@ -9,6 +9,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/record"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -36,7 +37,7 @@ func newRecordCmd(d *deps) *cli.Command {
 			&cli.Int64Flag{Name: "issue", Usage: "close forge issue `N` (default: the decision's issue, if any)"},
 			&cli.BoolFlag{Name: "no-issue", Usage: "close no issue"},
 			&cli.StringFlag{Name: "roles", Usage: "roles `DIR` overriding the default contracts (default: the target's committed roles/ folder)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			switch {
@@ -67,7 +68,7 @@ func recordAction(c *cli.Context, d *deps, ref string, issue int64) error {
 	// A COMMIT is looked up in --repo, else the current folder's
 	// repository (a decision names its own).
 	repo := ""
-	if g, err := patch.OpenRepo(cmp.Or(c.String("repo"), ".")); err == nil {
+	if g, err := git.OpenRepo(cmp.Or(c.String("repo"), ".")); err == nil {
 		repo = g.GitDir
 	} else if c.String("repo") != "" {
 		return usagef("record: --repo %s: %v", c.String("repo"), err)

@@ -306,9 +306,9 @@ func renderReview(w io.Writer, rep review.Report, asJSON bool) error {
 			what = fmt.Sprintf("timed out after %s, killed", g.Duration.Round(time.Millisecond))
 		}
 		fmt.Fprintf(w, "  %-4s  gate    %s: %s (%s)\n", strings.ToUpper(g.Status), g.Name, strings.Join(g.Argv, " "), what)
-		if g.Status == review.StatusFail && g.OutputTail != "" {
+		if !g.OK() && g.OutputTail != "" {
 			fmt.Fprintln(w, "          output tail:")
-			fmt.Fprintln(w, indentLines(g.Tail(20), "          | "))
+			fmt.Fprintln(w, indentLines(sandbox.LastLines(g.OutputTail, 20), "          | "))
 		}
 	}
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/review"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 )
 
 func TestRenderReview(t *testing.T) {
@@ -18,7 +19,7 @@ func TestRenderReview(t *testing.T) {
 		Files: []review.FileStat{{Status: "M", Path: "pkg/a.go", Added: 2, Deleted: 1}, {Status: "A", Path: "img.png", Binary: true}},
 		Checks: []review.Check{{Name: "paths", Status: review.StatusPass, Summary: "ok"},
 			{Name: "syntax", Status: review.StatusFail, Summary: "1 file", Findings: []string{"pkg/a.go:1: bad\nsecond line"}}},
-		Gate: []review.GateResult{{Name: "unit", Argv: []string{"go", "test"}, Status: review.StatusFail, ExitCode: 1,
+		Gate: []sandbox.GateResult{{Name: "unit", Argv: []string{"go", "test"}, Status: sandbox.GateFail, ExitCode: 1,
 			Duration: 1500 * time.Millisecond, OutputTail: "l1\nl2\nFAIL\n"}},
 		Findings: []string{"x", "y"},
 		Verdict:  &bus.Verdict{ID: 7, Verdict: bus.VerdictRequestChanges, Reviewer: "alice"},

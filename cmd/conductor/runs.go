@@ -49,7 +49,7 @@ func newRunsListCmd(d *deps) *cli.Command {
 			&cli.StringFlag{Name: "session", Usage: "only runs of this session"},
 			&cli.StringFlag{Name: "status", Usage: "only runs with this status (running, succeeded, failed, timeout, budget, stuck, cancelled, drift)"},
 			&cli.IntFlag{Name: "limit", Usage: "at most N runs (0: all)"},
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
@@ -118,7 +118,7 @@ func newRunsShowCmd(d *deps) *cli.Command {
 		Usage:     "show one run: the store row, result.json and the run folder",
 		UsageText: "conductor runs show ID [--json] | --transcript [--follow] [--lines N]",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 			&cli.BoolFlag{Name: "transcript", Usage: "print the run's transcript for a person: turns, tool calls, results folded, usage"},
 			&cli.BoolFlag{Name: "follow", Usage: "with --transcript: keep printing a live run's transcript until it ends"},
 			&cli.IntFlag{Name: "lines", Value: 3, Usage: "with --transcript: lines of each message or result shown before the rest is folded (-1: all)"},
@@ -242,7 +242,7 @@ func newRunsReconcileCmd(d *deps) *cli.Command {
 			"(the store was down when it ended, or an older conductor) is recorded as its\n" +
 			"result.json says, and its open backlog claim is completed. Idempotent; the\n" +
 			"worker does it at start.",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print one JSON object"}},
+		Flags: []cli.Flag{jsonFlag()},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usagef("runs reconcile takes no arguments (got %q)", c.Args().Slice())

@@ -16,7 +16,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 	"github.com/conductor-dev/conductor/runtask"
 )
@@ -123,7 +123,7 @@ func serveOperators(c *cli.Context, d *deps) ([]web.Operator, error) {
 // serveAudit runs `conductor audit` on a landed commit for the Landed page.
 func serveAudit(st land.AuditStore) func(ctx context.Context, repo, commit string) (web.Audit, error) {
 	return func(ctx context.Context, repo, commit string) (web.Audit, error) {
-		g, err := patch.OpenRepo(repo)
+		g, err := git.OpenRepo(repo)
 		if err != nil {
 			return web.Audit{}, err
 		}
@@ -169,10 +169,7 @@ func servePreview(c *cli.Context, d *deps, st bus.Store, cfg conductor.Config) f
 // webPreview is a preview's outcome as the web view shows it.
 func webPreview(out land.Outcome) web.Preview {
 	p := web.Preview{Status: out.Status, Target: out.Target, Parent: out.Parent, Tree: out.Tree, ReviewedCommit: out.ReviewedCommit,
-		PatchID: out.PatchID, Mode: out.Mode, Message: out.Message, Files: out.Files, Refusal: out.Refusal}
-	for _, g := range out.Gate {
-		p.Gate = append(p.Gate, web.PreviewGate{Name: g.Name, OK: g.OK, Seconds: g.Seconds, TimedOut: g.TimedOut, Tail: g.Tail})
-	}
+		PatchID: out.PatchID, Mode: out.Mode, Message: out.Message, Files: out.Files, Refusal: out.Refusal, Gate: out.Gate}
 	return p
 }
 
@@ -190,26 +187,15 @@ func serveSecrets(environ []string) []string {
 }
 
 func servePools(ctx context.Context, cfg conductor.Config) ([]web.Pool, error) {
-	pools, err := runtask.OpenPools(cfg.WorktreeBase, cfg)
+	pools, err := runtask.PoolStatus(ctx, runtask.PoolsOptions{Config: cfg})
 	if err != nil {
 		return nil, err
 	}
 	var out []web.Pool
 	for _, p := range pools {
-		st, err := p.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("pool %s: %w", p.Dir, err)
-		}
-		wp := web.Pool{Dir: p.Dir, Repo: p.Repo.GitDir}
-		for _, s := range st {
-			state := s.State
-			switch {
-			case !s.Exists:
-				state = "broken"
-			case s.InUse:
-				state = "in use"
-			}
-			wp.Slots = append(wp.Slots, web.PoolSlot{Slot: s.Slot, State: state, Owner: s.Owner, Base: s.Base, LastUsed: s.LastUsed, Bytes: s.Bytes})
+		wp := web.Pool{Dir: p.Dir, Repo: p.Repo}
+		for _, s := range p.Slots {
+			wp.Slots = append(wp.Slots, web.PoolSlot{Slot: s.Slot, State: s.Shown(), Owner: s.Owner, Base: s.Base, LastUsed: s.LastUsed, Bytes: s.Bytes})
 		}
 		out = append(out, wp)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // versionInfo is what `conductor version` reports.
@@ -29,14 +29,14 @@ func newVersionCmd(d *deps) *cli.Command {
 		Description: "The same version as `conductor --version`, plus the Go toolchain it was built with, the\n" +
 			"git it runs (or the error running it) and the build's VCS revision when the binary records it.",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			jsonFlag(),
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 0 {
 				return usagef("version takes no arguments, got %d", c.NArg())
 			}
 			v := versionInfo{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-			if gv, err := patch.GitVersion(c.Context); err == nil {
+			if gv, err := git.GitVersion(c.Context); err == nil {
 				v.Git = gv
 			} else {
 				v.Git = "unavailable: " + err.Error()

@@ -72,7 +72,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 				return err
 			}
 			// Containers a killed worker left behind (the docker backend).
-			if names, err := reapDockerOrphans(c.Context, sandbox.OptionsFrom(cfg.SandboxLimits)); err != nil && cfg.Sandbox == sandbox.BackendDocker {
+			if names, err := sandbox.ReapOrphanContainers(c.Context, sandbox.OptionsFrom(cfg.SandboxLimits)); err != nil && cfg.Sandbox == sandbox.BackendDocker {
 				fmt.Fprintf(d.Stderr, "conductor: reap orphan sandbox containers: %v\n", err)
 			} else if len(names) > 0 {
 				fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))

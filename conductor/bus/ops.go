@@ -16,6 +16,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
 // RaiseRequest is a decision raise as the operator states it: the commit may
@@ -46,7 +47,7 @@ func FindRepo(dir string) (patch.Git, error) {
 		return patch.Git{}, err
 	}
 	for d := abs; ; {
-		if g, err := patch.OpenRepo(d); err == nil {
+		if g, err := pgit.OpenRepo(d); err == nil {
 			return g, nil
 		}
 		parent := filepath.Dir(d)

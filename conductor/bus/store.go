@@ -58,6 +58,12 @@ var errNoRows = errors.New("no rows")
 
 // one runs a query expected to return at most one row and scans it.
 func one(ctx context.Context, q querier, query string, args []any, dest ...any) error {
+	return oneWith(ctx, q, query, args, func(r scanner) error { return r.Scan(dest...) })
+}
+
+// oneWith runs a query expected to return at most one row and reads it with
+// scan (errNoRows when there is none).
+func oneWith(ctx context.Context, q querier, query string, args []any, scan func(scanner) error) error {
 	r, err := q.query(ctx, query, args...)
 	if err != nil {
 		return err
@@ -69,7 +75,7 @@ func one(ctx context.Context, q querier, query string, args []any, dest ...any) 
 		}
 		return errNoRows
 	}
-	if err := r.Scan(dest...); err != nil {
+	if err := scan(r); err != nil {
 		return err
 	}
 	return r.Err()
@@ -238,19 +244,10 @@ func scanRun(r scanner) (Run, error) {
 func (s *sqlStore) GetRun(ctx context.Context, id string) (Run, error) {
 	var run Run
 	err := s.read(ctx, func(q querier) error {
-		r, err := q.query(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id)
-		if err != nil {
+		return oneWith(ctx, q, `SELECT `+runColumns+` FROM runs WHERE id = ?`, []any{id}, func(r scanner) (err error) {
+			run, err = scanRun(r)
 			return err
-		}
-		defer r.Close()
-		if !r.Next() {
-			if err := r.Err(); err != nil {
-				return err
-			}
-			return errNoRows
-		}
-		run, err = scanRun(r)
-		return err
+		})
 	})
 	if errors.Is(err, errNoRows) {
 		return Run{}, notFound("run %s", id)
@@ -509,22 +506,18 @@ func scanDecision(r scanner) (Decision, error) {
 }
 
 func getDecision(ctx context.Context, q querier, id string) (Decision, error) {
-	r, err := q.query(ctx, `SELECT `+decisionColumns+` FROM decisions WHERE id = ?`, id)
-	if err != nil {
-		return Decision{}, err
-	}
-	defer r.Close()
-	if !r.Next() {
-		if err := r.Err(); err != nil {
-			return Decision{}, err
-		}
+	var d Decision
+	err := oneWith(ctx, q, `SELECT `+decisionColumns+` FROM decisions WHERE id = ?`, []any{id}, func(r scanner) (err error) {
+		d, err = scanDecision(r)
+		return err
+	})
+	if errors.Is(err, errNoRows) {
 		return Decision{}, notFound("decision %s", id)
 	}
-	d, err := scanDecision(r)
 	if err != nil {
 		return Decision{}, err
 	}
-	return d, r.Err()
+	return d, nil
 }
 
 func (s *sqlStore) GetDecision(ctx context.Context, id string) (Decision, error) {

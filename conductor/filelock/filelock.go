@@ -20,11 +20,15 @@ import (
 
 // Lock blocks until it holds an exclusive lock on path (made, with its
 // folder, when missing). Release it with Unlock.
-func Lock(path string) (*os.File, error) { return lock(path, false) }
+func Lock(path string) (*os.File, error) { return lock(path, false, true) }
 
 // TryLock takes the lock on path when it is free; a held lock returns
 // (nil, nil).
-func TryLock(path string) (*os.File, error) { return lock(path, true) }
+func TryLock(path string) (*os.File, error) { return lock(path, true, true) }
+
+// TryLockExisting is TryLock for a checker that must never make the lock
+// it checks: when path does not exist the error wraps fs.ErrNotExist.
+func TryLockExisting(path string) (*os.File, error) { return lock(path, true, false) }
 
 // Wait is Lock that gives up when ctx ends (it polls, since a blocked
 // flock cannot be interrupted).
@@ -52,16 +56,20 @@ func Unlock(f *os.File) {
 	}
 }
 
-func lock(path string, try bool) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
+func lock(path string, try, create bool) (*os.File, error) {
+	flags := os.O_RDWR
+	if create {
+		flags |= os.O_CREATE
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
 	}
 	how := syscall.LOCK_EX
 	if try {
 		how |= syscall.LOCK_NB
 	}
 	for {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+		f, err := os.OpenFile(path, flags, 0o644)
 		if err != nil {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}

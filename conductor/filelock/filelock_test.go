@@ -3,6 +3,7 @@ package filelock
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,4 +83,27 @@ func TestLockErrorNamesThePath(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), blocker) {
 		t.Fatalf("lock under a file: %v, want an error naming %s", err, blocker)
 	}
+}
+
+func TestTryLockExistingNeverMakesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "owner.lock")
+	if f, err := TryLockExisting(path); !errors.Is(err, fs.ErrNotExist) || f != nil {
+		t.Fatalf("missing file: %v %v", f, err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("TryLockExisting made %s: %v", path, err)
+	}
+	held, err := Lock(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, err := TryLockExisting(path); err != nil || f != nil {
+		t.Fatalf("held lock: %v %v", f, err)
+	}
+	Unlock(held)
+	f, err := TryLockExisting(path)
+	if err != nil || f == nil {
+		t.Fatalf("free lock: %v %v", f, err)
+	}
+	Unlock(f)
 }

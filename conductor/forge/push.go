@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // Pusher pushes branches from a local repository to one remote with the git
@@ -117,7 +118,7 @@ func (p Pusher) Push(ctx context.Context, branch string, opts PushOptions) (Push
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("push %s to %s: %w", branch, redactURL(pushURL), ctx.Err())
 		}
-		var ge *patch.GitError
+		var ge *git.GitError
 		msg := err.Error()
 		if errors.As(err, &ge) {
 			msg = strings.TrimSpace(string(ge.Stderr) + "\n" + string(ge.Stdout))
@@ -206,7 +207,7 @@ func runBounded(ctx context.Context, g patch.Git, timeout time.Duration, args ..
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
-		return out.Bytes(), &patch.GitError{Args: args, Stdout: out.Bytes(), Stderr: errb.Bytes(), Err: err}
+		return out.Bytes(), &git.GitError{Args: args, Stdout: out.Bytes(), Stderr: errb.Bytes(), Err: err}
 	}
 	return out.Bytes(), nil
 }

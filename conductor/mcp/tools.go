@@ -19,6 +19,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/runtask"
 )
 
@@ -295,7 +296,7 @@ func (s *Server) checkApplies(ctx context.Context, runID, diff string) error {
 	if err != nil || res.Repo == "" || res.BaseCommit == "" || res.Status != runrec.StatusRunning {
 		return nil // no base to check against, or completed before: the store decides
 	}
-	g, err := patch.OpenRepo(res.Repo)
+	g, err := git.OpenRepo(res.Repo)
 	if err != nil {
 		return fmt.Errorf("complete_task: the run's repository %s: %w (nothing was recorded)", res.Repo, err)
 	}

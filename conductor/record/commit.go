@@ -12,6 +12,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -192,7 +193,7 @@ func (w *worktree) canFollow(ctx context.Context, ref, tip, commit string) error
 		return refuse(strings.ReplaceAll(strings.TrimRight(string(st), "\x00"), "\x00", "\n"))
 	}
 	if _, err := w.g.Run(ctx, "read-tree", "-m", "-u", "-n", tip, commit); err != nil {
-		if ge, ok := errors.AsType[*patch.GitError](err); ok {
+		if ge, ok := errors.AsType[*git.GitError](err); ok {
 			return refuse(strings.TrimSpace(string(ge.Stderr)))
 		}
 		return err

@@ -269,23 +269,24 @@ func (c *checker) syntax() Check {
 				timeout = time.Minute
 			}
 			argv := checkArgv(sc.Argv, ch.Path)
-			r := c.run(dir, argv, timeout)
+			r, startErr := c.run(dir, argv, timeout)
 			ran++
-			failed := r.exitCode != 0 || r.timedOut || r.startErr != nil || (sc.FailOnOutput && strings.TrimSpace(r.output) != "")
+			output := string(r.Output)
+			failed := r.ExitCode != 0 || r.TimedOut || startErr != nil || (sc.FailOnOutput && strings.TrimSpace(output) != "")
 			if failed {
 				ck.Status = StatusFail
 				f := fmt.Sprintf("syntax: %s: %s", ch.Path, strings.Join(argv, " "))
 				switch {
-				case r.startErr != nil:
-					f += ": " + r.startErr.Error()
-				case r.timedOut:
+				case startErr != nil:
+					f += ": " + startErr.Error()
+				case r.TimedOut:
 					f += fmt.Sprintf(": timed out after %s", timeout)
-				case r.exitCode != 0:
-					f += fmt.Sprintf(": exit status %d", r.exitCode)
+				case r.ExitCode != 0:
+					f += fmt.Sprintf(": exit status %d", r.ExitCode)
 				default:
 					f += ": reported the file (not formatted)"
 				}
-				if tail := lastLines(r.output, 8); tail != "" {
+				if tail := sandbox.LastLines(output, 8); tail != "" {
 					f += "\n" + tail
 				}
 				ck.Findings = append(ck.Findings, f)
@@ -328,26 +329,25 @@ func checkArgv(check []string, file string) []string {
 }
 
 // gate runs every gate command on the scratch export.
-func (c *checker) gate() []GateResult {
-	var out []GateResult
+func (c *checker) gate() []sandbox.GateResult {
+	var out []sandbox.GateResult
 	for _, gc := range c.landing.Gate() {
-		gr := GateResult{Name: gc.Name, Argv: gc.Argv, Status: StatusFail, ExitCode: -1}
+		failed := func(why string) sandbox.GateResult {
+			return sandbox.GateResult{Name: gc.Name, Argv: gc.Argv, Status: sandbox.GateFail, ExitCode: -1, OutputTail: why}
+		}
 		dir, err := c.tree()
 		if err != nil {
-			gr.OutputTail = "cannot export the commit for the gate: " + err.Error()
+			out = append(out, failed("cannot export the commit for the gate: "+err.Error()))
+			continue
+		}
+		r, err := c.run(dir, gc.Argv, gc.Timeout)
+		if err != nil {
+			gr := failed(err.Error())
+			gr.Duration = r.Duration
 			out = append(out, gr)
 			continue
 		}
-		r := c.run(dir, gc.Argv, gc.Timeout)
-		gr.ExitCode, gr.TimedOut, gr.Duration = r.exitCode, r.timedOut, r.duration
-		gr.OutputTail = tailBytes(r.output, 4096)
-		if r.startErr != nil {
-			gr.OutputTail = r.startErr.Error()
-		}
-		if r.exitCode == 0 && !r.timedOut && r.startErr == nil {
-			gr.Status = StatusPass
-		}
-		out = append(out, gr)
+		out = append(out, sandbox.GateResultOf(gc.Name, gc.Argv, r))
 	}
 	return out
 }

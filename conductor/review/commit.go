@@ -12,6 +12,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // The conductor's identity on work commits.
@@ -153,7 +154,7 @@ func (wc workCommit) publish(ctx context.Context, g patch.Git) error {
 		}
 	}
 	if _, err := g.Run(ctx, "update-ref", "-m", "conductor review", wc.ref, wc.commit, wc.oldTip); err != nil {
-		var ge *patch.GitError
+		var ge *git.GitError
 		if errors.As(err, &ge) {
 			return fmt.Errorf("move %s from %s to %s (did it move during the review? review again): %w",
 				wc.ref, patch.Short(wc.oldTip), patch.Short(wc.commit), err)

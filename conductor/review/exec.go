@@ -179,55 +179,21 @@ func removeAll(dir string) {
 	os.RemoveAll(dir)
 }
 
-type cmdResult struct {
-	exitCode int
-	timedOut bool
-	duration time.Duration
-	output   string // stdout and stderr interleaved, capped head+tail
-	startErr error
-}
-
 // run runs argv on the scratch export inside the sandbox (no network, no
 // credential, no .git, an unprivileged uid): a check or gate command runs
 // worker-written code, so it never runs on the host. When the timeout passes
-// (or ctx ends) the sandbox kills the whole process group.
-func (c *checker) run(dir string, argv []string, timeout time.Duration) cmdResult {
+// (or ctx ends) the sandbox kills the whole process group. The error says
+// the command could not be run at all.
+func (c *checker) run(dir string, argv []string, timeout time.Duration) (sandbox.Result, error) {
 	if timeout <= 0 {
 		timeout = 10 * time.Minute
 	}
 	root := filepath.Join(filepath.Dir(dir), "sandbox")
-	res, err := sandbox.RunGate(c.ctx, c.sb, dir, root, argv, sandbox.GateEnv(c.getenv, root), timeout, 1<<20)
-	r := cmdResult{exitCode: res.ExitCode, timedOut: res.TimedOut, duration: res.Duration, output: string(res.Output)}
+	res, err := sandbox.RunGate(c.ctx, c.sb, dir, root, argv, sandbox.GateEnv(c.getenv, root), timeout, sandbox.GateOutputLimit)
 	if err != nil {
-		r.exitCode, r.startErr = -1, fmt.Errorf("%s: %w", argv[0], err)
+		return res, fmt.Errorf("%s: %w", argv[0], err)
 	}
-	return r
-}
-
-// tailBytes returns about the last n bytes of s, cut at a line start.
-func tailBytes(s string, n int) string {
-	s = strings.TrimRight(s, "\n")
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return "…\n" + s
-}
-
-// lastLines returns the last n non-empty-trailing lines of s.
-func lastLines(s string, n int) string {
-	s = strings.TrimRight(s, "\n")
-	if s == "" {
-		return ""
-	}
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = append([]string{"…"}, lines[len(lines)-n:]...)
-	}
-	return strings.Join(lines, "\n")
+	return res, nil
 }
 
 func sortStrings(s []string) []string { sort.Strings(s); return s }

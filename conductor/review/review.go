@@ -61,17 +61,6 @@ type Check struct {
 	Findings []string `json:"findings,omitempty"`
 }
 
-// GateResult is one gate command's result.
-type GateResult struct {
-	Name       string        `json:"name"`
-	Argv       []string      `json:"argv"`
-	Status     string        `json:"status"`
-	ExitCode   int           `json:"exitCode"`
-	TimedOut   bool          `json:"timedOut,omitempty"`
-	Duration   time.Duration `json:"durationNs"`
-	OutputTail string        `json:"outputTail,omitempty"`
-}
-
 // FileStat is one line of the diffstat.
 type FileStat struct {
 	Status  string `json:"status"`
@@ -96,10 +85,10 @@ type Report struct {
 	PatchID   string `json:"patchId"`
 	// WorkRefUpdated says whether the work branch was moved to Commit
 	// (only when a verdict is recorded).
-	WorkRefUpdated bool         `json:"workRefUpdated"`
-	Files          []FileStat   `json:"files"`
-	Checks         []Check      `json:"checks"`
-	Gate           []GateResult `json:"gate"`
+	WorkRefUpdated bool                 `json:"workRefUpdated"`
+	Files          []FileStat           `json:"files"`
+	Checks         []Check              `json:"checks"`
+	Gate           []sandbox.GateResult `json:"gate"`
 	// GateNotRun says why the gate was not run (a run refused for a
 	// breach); empty when it ran or the policy has none.
 	GateNotRun string        `json:"gateNotRun,omitempty"`
@@ -192,7 +181,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		return rep, err
 	}
 	rep = Report{RunID: res.RunID, TaskID: res.TaskID, Session: res.Session, RunStatus: res.Status,
-		Model: modelName(res), Repo: res.Repo, Files: []FileStat{}, Checks: []Check{}, Gate: []GateResult{}}
+		Model: modelName(res), Repo: res.Repo, Files: []FileStat{}, Checks: []Check{}, Gate: []sandbox.GateResult{}}
 	if rep.WorkRef, err = WorkRef(res.TaskID); err != nil {
 		return rep, fmt.Errorf("review %s: %w", res.RunID, err)
 	}
@@ -257,7 +246,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		}
 	}
 	for _, gr := range rep.Gate {
-		if gr.Status == StatusFail {
+		if !gr.OK() {
 			rep.Clean = false
 			rep.Findings = append(rep.Findings, gateFinding(gr))
 		}
@@ -422,25 +411,21 @@ func failedSummary(rep Report) string {
 		}
 	}
 	for _, g := range rep.Gate {
-		if g.Status == StatusFail {
+		if !g.OK() {
 			names = append(names, "gate "+g.Name)
 		}
 	}
 	return fmt.Sprintf("%d failed (%s); %d finding(s)", len(names), strings.Join(names, ", "), len(rep.Findings))
 }
 
-func gateFinding(g GateResult) string {
+func gateFinding(g sandbox.GateResult) string {
 	what := fmt.Sprintf("exit status %d", g.ExitCode)
 	if g.TimedOut {
 		what = "timed out after " + g.Duration.Round(time.Millisecond).String() + " and was killed"
 	}
 	f := fmt.Sprintf("gate %s (%s) failed: %s", g.Name, strings.Join(g.Argv, " "), what)
-	if tail := lastLines(g.OutputTail, 10); tail != "" {
+	if tail := sandbox.LastLines(g.OutputTail, 10); tail != "" {
 		f += "\n" + tail
 	}
 	return f
 }
-
-// Tail returns the last n lines of the command's output tail ("…" first
-// when lines were cut).
-func (g GateResult) Tail(n int) string { return lastLines(g.OutputTail, n) }

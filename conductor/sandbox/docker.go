@@ -3,6 +3,7 @@ package sandbox
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -334,6 +335,21 @@ func procStart(pid int) string {
 		return ""
 	}
 	return f[19] // starttime, field 22 of stat
+}
+
+// ErrNoDocker: no docker CLI here, so no sandbox container to reap.
+var ErrNoDocker = errors.New("no docker CLI")
+
+// ReapOrphanContainers is ReapDockerOrphans where docker may not be
+// installed (ErrNoDocker when its CLI is not found), bounded to 30 s. An
+// engine that does not answer is an error.
+func ReapOrphanContainers(ctx context.Context, o Options) ([]string, error) {
+	if _, err := exec.LookPath(cmp.Or(o.Docker.CLI, "docker")); err != nil {
+		return nil, ErrNoDocker
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return ReapDockerOrphans(ctx, o)
 }
 
 // ReapDockerOrphans removes the containers of conductor processes that are

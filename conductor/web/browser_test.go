@@ -442,7 +442,7 @@ func TestBrowser(t *testing.T) {
 
 	// Land it (conductor land's act), then the Landed and Queue pages.
 	out, err := land.Run(ctx, land.Options{Store: e.store, Rules: e.pol.Landing(), DecisionID: decision, DataRoot: e.data,
-		Getenv: e.getenv, Out: io.Discard, Committer: land.Identity{Name: "conductor", Email: "conductor@localhost"}})
+		Getenv: e.getenv, Committer: land.Identity{Name: "conductor", Email: "conductor@localhost"}})
 	must(t, err)
 	do("landed",
 		chromedp.Navigate(base+"/landed"),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/refusal"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/patch"
 )
 
@@ -28,17 +29,8 @@ type Preview struct {
 	Mode           string
 	Message        string // the commit message it would write
 	Files          []string
-	Gate           []PreviewGate
+	Gate           []sandbox.GateResult
 	Refusal        *refusal.Refusal
-}
-
-// PreviewGate is one gate command's result in a preview.
-type PreviewGate struct {
-	Name     string
-	OK       bool
-	Seconds  float64
-	TimedOut bool
-	Tail     string // its output's tail, when it failed
 }
 
 // Would says the preview would land.

@@ -17,6 +17,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/refusal"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/policy"
@@ -46,9 +47,7 @@ func (e *browserEnv) preview(rules land.Rules) func(ctx context.Context, id, ope
 			Getenv: e.getenv, Sandbox: e.sb}, operator)
 		p := web.Preview{Status: out.Status, Target: out.Target, Parent: out.Parent, Tree: out.Tree, ReviewedCommit: out.ReviewedCommit,
 			PatchID: out.PatchID, Mode: out.Mode, Message: out.Message, Files: out.Files, Refusal: out.Refusal}
-		for _, g := range out.Gate {
-			p.Gate = append(p.Gate, web.PreviewGate{Name: g.Name, OK: g.OK, Seconds: g.Seconds, TimedOut: g.TimedOut, Tail: g.Tail})
-		}
+		p.Gate = out.Gate
 		return p, err
 	}
 }
@@ -246,7 +245,7 @@ func TestPreviewShowsRefusal(t *testing.T) {
 		want []string
 	}{
 		{"gate failed", web.Preview{Status: "refused", Target: "main", Parent: "4444444444444444444444444444444444444444",
-			Gate: []web.PreviewGate{{Name: "unit", OK: true, Seconds: 1.5}, {Name: "vet", Seconds: 0.2, Tail: "lib/x.go:3: boom <tail>"}}},
+			Gate: []sandbox.GateResult{{Name: "unit", Status: sandbox.GatePass, Duration: 1500 * time.Millisecond}, {Name: "vet", Status: sandbox.GateFail, Duration: 200 * time.Millisecond, OutputTail: "lib/x.go:3: boom <tail>"}}},
 			refusal.New("gate-failed", `gate command "vet" exited non-zero on the squashed tree`, "fix the change"),
 			[]string{`data-state="refused"`, "would be refused", "gate-failed", `gate command &#34;vet&#34; exited non-zero`, "Fix: fix the change",
 				"gate unit passed", "gate vet failed", "lib/x.go:3: boom &lt;tail&gt;", "444444444444"}},

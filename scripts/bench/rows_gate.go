@@ -184,7 +184,7 @@ func (b *bench) gateRepo(dir, name string, o sandbox.Options, warm sandbox.Sandb
 		defer cancel()
 		res, err := sandbox.RunGate(ctx, sb, tree, root, []string{"go", "test", "./..."}, sandbox.GateEnv(os.Getenv, root), 30*time.Minute, 1<<20)
 		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("gate exit %d: %s", res.ExitCode, lastLines(string(res.Output), 5))
+			err = fmt.Errorf("gate exit %d: %s", res.ExitCode, sandbox.LastLines(string(res.Output), 5))
 		}
 		return time.Since(t0), err
 	}
@@ -257,7 +257,7 @@ func gateWith(b *bench, sb sandbox.Sandbox, g patch.Git, dir, commit, modcache s
 	}
 	res, err := sandbox.RunGate(b.ctx, sb, tree, root, []string{"go", "test", "./..."}, sandbox.GateEnv(getenv, root), 60*time.Minute, 1<<20)
 	if err == nil && res.ExitCode != 0 {
-		err = fmt.Errorf("gate exit %d: %s", res.ExitCode, lastLines(string(res.Output), 5))
+		err = fmt.Errorf("gate exit %d: %s", res.ExitCode, sandbox.LastLines(string(res.Output), 5))
 	}
 	return time.Since(t0), err
 }
@@ -293,15 +293,7 @@ func goCmd(dir string, env []string, args ...string) (string, error) {
 	cmd := exec.Command("go", args...)
 	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.CombinedOutput()
-	return lastLines(string(out), 10), err
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return sandbox.LastLines(string(out), 10), err
 }
 
 // writeGateRepo writes the demo repository with its fix (the change the
