@@ -293,6 +293,38 @@ func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
 	return lease, nil
 }
 
+// ReclaimOrphans returns to the pool the worktrees owner holds that no
+// live process does: what a run killed after taking its worktree but
+// before its session state named it left behind (the state is what Adopt
+// goes by). Each is reset like any release (or discarded when it cannot
+// be); the caller must know owner has no kept worktree of its own.
+func (p *Pool) ReclaimOrphans(ctx context.Context, owner string) (int, error) {
+	var orphans []*Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			m, err := p.readMeta(n)
+			if err != nil || m.State != SlotBusy || m.Owner != owner {
+				continue
+			}
+			lk, err := filelock.TryLock(p.lockPath(n))
+			if err != nil || lk == nil {
+				continue // a live process holds it
+			}
+			orphans = append(orphans, &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: lk})
+		}
+		return nil
+	})
+	var errs []error
+	for _, l := range orphans {
+		errs = append(errs, l.Release(ctx))
+	}
+	return len(orphans), errors.Join(append(errs, err)...)
+}
+
 func newSlotName() string {
 	var b [6]byte
 	rand.Read(b[:])
