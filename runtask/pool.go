@@ -24,6 +24,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/filelock"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git"
 )
 
 // Pool keeps finished worktrees of one repository warm: a released worktree
@@ -400,20 +401,28 @@ func (p *Pool) findGitDir(dir string) (string, error) {
 
 // baseline records the stash and branches present when the lease begins.
 func (l *Lease) baseline(ctx context.Context) error {
-	// One process lists the branches and the stash.
-	out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/stash")
+	// The branches and the stash are read in process (the common git
+	// dir's refs); git lists them when go-git cannot.
+	refs, err := pgit.ListRefs(l.pool.Repo.CommonDir(), "refs/heads/", "refs/stash")
 	if err != nil {
-		return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
+		out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/stash")
+		if err != nil {
+			return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
+		}
+		refs = nil
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if id, ref, ok := strings.Cut(line, " "); ok {
+				refs = append(refs, pgit.Ref{Name: ref, ID: id})
+			}
+		}
 	}
 	l.Meta.Branches, l.Meta.StashCount, l.Meta.StashTip = nil, 0, ""
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, ref, ok := strings.Cut(line, " ")
+	for _, r := range refs {
 		switch {
-		case !ok:
-		case ref == "refs/stash":
-			l.Meta.StashCount, l.Meta.StashTip = l.stashCount(ctx, id), id
-		default:
-			l.Meta.Branches = append(l.Meta.Branches, ref)
+		case r.Name == "refs/stash":
+			l.Meta.StashCount, l.Meta.StashTip = l.stashCount(ctx, r.ID), r.ID
+		case strings.HasPrefix(r.Name, "refs/heads/"):
+			l.Meta.Branches = append(l.Meta.Branches, r.Name)
 		}
 	}
 	return nil
