@@ -852,17 +852,23 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 		}
 	}
 	st.Status = res.Status
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
+	release := r.lease != nil && !(resumable || r.opts.KeepWorktree || !safe)
+	if release {
+		// The worktree goes back to the pool below (or is discarded when
+		// it cannot be reset): the record names none, and is written once.
+		res.Worktree = ""
+	}
 	r.result = res
 	if err := r.record(ctx); err != nil {
 		return res, err
 	}
-	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
 	if resumable && r.lease != nil {
 		r.checkpoint(ctx)
 	}
 	if r.lease != nil {
 		switch {
-		case resumable || r.opts.KeepWorktree || !safe:
+		case !release:
 			if err := r.lease.Keep(); err != nil {
 				r.warnf("keep worktree: %v", err)
 			}
@@ -877,10 +883,6 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 				r.warnf("release worktree: %v", err)
 			}
 			st.Slot, st.Worktree = "", ""
-			r.result.Worktree = ""
-			if err := r.runDir.WriteResult(r.result); err != nil {
-				return r.result, fmt.Errorf("run record: %w", err)
-			}
 		}
 	}
 	if r.sessDir != "" && st.RunID != "" {
@@ -978,8 +980,15 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		// transcript alone (one fsync; adoptRecordedReply rebuilds it
 		// into the state on resume), and the state is written once, with
 		// its results. A final reply is saved with the state at once.
+		// A reply whose calls only read needs no fsync of its own: they
+		// change nothing, so losing the reply to a power cut is losing a
+		// model call, and the results' save makes it durable with them (a
+		// killed process loses nothing it wrote).
 		save := r.save
-		if len(msg.ToolCalls) > 0 {
+		switch {
+		case len(msg.ToolCalls) > 0 && readOnlyCalls(msg.ToolCalls):
+			save = func() error { return nil }
+		case len(msg.ToolCalls) > 0:
 			save = r.log.Sync
 		}
 		if err := save(); err != nil {
@@ -1018,6 +1027,18 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 
 // cutOffNudge answers a reply the server cut off at its length limit.
 const cutOffNudge = "Your last reply was cut off at the length limit. Continue from where it stopped, in shorter steps."
+
+// readOnlyCalls reports whether every call only reads the worktree.
+func readOnlyCalls(calls []openai.ToolCall) bool {
+	for _, c := range calls {
+		switch c.Function.Name {
+		case ToolReadFile, ToolGrep, ToolListDir:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // pendingCalls returns the tool calls of the last assistant message that
 // have no result yet.
