@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/filelock"
+	"github.com/conductor-dev/conductor/patch/git"
 )
 
 // neutralAttributes is the attributes file of a neutral git dir. The
@@ -136,7 +137,19 @@ func resolveTree(ctx context.Context, repo Git, what, rev string) (string, error
 	if strings.HasPrefix(rev, "-") || strings.ContainsAny(rev, "\x00\n") {
 		return "", fmt.Errorf("%s %q: not a revision", what, rev)
 	}
-	tree, err := repo.WithWorkTree("").Line(ctx, "rev-parse", "--verify", "--quiet", rev+"^{tree}")
+	var tree string
+	var err error
+	if git.IsObjectID(rev) {
+		// An id (what runs and landings pass) is peeled in process; a
+		// name, or what go-git cannot read, goes to git.
+		var objs []git.Object
+		if objs, err = git.Lookup(ctx, repo, rev+"^{tree}"); err == nil && objs[0].Type == "tree" {
+			tree = objs[0].ID
+		}
+	}
+	if tree == "" {
+		tree, err = repo.WithWorkTree("").Line(ctx, "rev-parse", "--verify", "--quiet", rev+"^{tree}")
+	}
 	if err != nil || tree == "" {
 		return "", fmt.Errorf("%s %q: no such commit or tree in %s", what, rev, repo.GitDir)
 	}

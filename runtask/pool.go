@@ -294,6 +294,38 @@ func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
 	return lease, nil
 }
 
+// ReclaimOrphans returns to the pool the worktrees owner holds that no
+// live process does: what a run killed after taking its worktree but
+// before its session state named it left behind (the state is what Adopt
+// goes by). Each is reset like any release (or discarded when it cannot
+// be); the caller must know owner has no kept worktree of its own.
+func (p *Pool) ReclaimOrphans(ctx context.Context, owner string) (int, error) {
+	var orphans []*Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			m, err := p.readMeta(n)
+			if err != nil || m.State != SlotBusy || m.Owner != owner {
+				continue
+			}
+			lk, err := filelock.TryLock(p.lockPath(n))
+			if err != nil || lk == nil {
+				continue // a live process holds it
+			}
+			orphans = append(orphans, &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: lk})
+		}
+		return nil
+	})
+	var errs []error
+	for _, l := range orphans {
+		errs = append(errs, l.Release(ctx))
+	}
+	return len(orphans), errors.Join(append(errs, err)...)
+}
+
 func newSlotName() string {
 	var b [6]byte
 	rand.Read(b[:])
@@ -369,20 +401,28 @@ func (p *Pool) findGitDir(dir string) (string, error) {
 
 // baseline records the stash and branches present when the lease begins.
 func (l *Lease) baseline(ctx context.Context) error {
-	// One process lists the branches and the stash.
-	out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/stash")
+	// The branches and the stash are read in process (the common git
+	// dir's refs); git lists them when go-git cannot.
+	refs, err := pgit.ListRefs(l.pool.Repo.CommonDir(), "refs/heads/", "refs/stash")
 	if err != nil {
-		return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
+		out, err := l.Git.Run(ctx, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads/", "refs/stash")
+		if err != nil {
+			return fmt.Errorf("worktree %s: list branches: %w", l.Meta.Slot, err)
+		}
+		refs = nil
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if id, ref, ok := strings.Cut(line, " "); ok {
+				refs = append(refs, pgit.Ref{Name: ref, ID: id})
+			}
+		}
 	}
 	l.Meta.Branches, l.Meta.StashCount, l.Meta.StashTip = nil, 0, ""
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		id, ref, ok := strings.Cut(line, " ")
+	for _, r := range refs {
 		switch {
-		case !ok:
-		case ref == "refs/stash":
-			l.Meta.StashCount, l.Meta.StashTip = l.stashCount(ctx, id), id
-		default:
-			l.Meta.Branches = append(l.Meta.Branches, ref)
+		case r.Name == "refs/stash":
+			l.Meta.StashCount, l.Meta.StashTip = l.stashCount(ctx, r.ID), r.ID
+		case strings.HasPrefix(r.Name, "refs/heads/"):
+			l.Meta.Branches = append(l.Meta.Branches, r.Name)
 		}
 	}
 	return nil

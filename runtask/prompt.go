@@ -7,11 +7,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/conductor-dev/conductor/patch"
+	pgit "github.com/conductor-dev/conductor/patch/git"
 )
 
 // DefaultPromptLimit bounds each file the system prompt is built from (the
@@ -135,36 +136,62 @@ func repoPath(p string) (string, error) {
 
 // readAtBase reads the regular file p of the base commit's tree: nil (and
 // no error) when the tree has no such path; an error when it is not a
-// regular file, larger than limit or not UTF-8 text.
-func readAtBase(ctx context.Context, git patch.Git, base, p string, limit int) ([]byte, PromptSource, error) {
+// regular file, larger than limit or not UTF-8 text. The trees and the
+// blob are read in process (patch/git's object reader, each object checked
+// against its id; what it cannot read goes to its cat-file): no git
+// process per prompt file.
+func readAtBase(ctx context.Context, g patch.Git, base, p string, limit int) ([]byte, PromptSource, error) {
 	src := PromptSource{Path: p, Commit: base}
-	out, err := git.Run(ctx, "ls-tree", "-z", "--full-tree", "--end-of-options", base, "--", p)
+	objs := pgit.NewObjects(ctx, g)
+	defer objs.Close()
+	cur, err := objs.Get(base + "^{tree}")
 	if err != nil {
 		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
 	}
-	rec := strings.TrimSuffix(string(out), "\x00")
-	if rec == "" {
-		return nil, src, nil
+	if cur.ID == "" || cur.Type != "tree" {
+		return nil, src, fmt.Errorf("%s at %s: no such commit in %s", p, patch.Short(base), g.CommonDir())
 	}
-	meta, name, _ := strings.Cut(rec, "\t")
-	f := strings.Fields(meta)
-	if len(f) != 3 || name != p {
-		return nil, src, nil // a folder's entries (p named a tree) or no match
+	parts := strings.Split(p, "/")
+	var entry pgit.TreeEntry
+	for i, part := range parts {
+		es, err := pgit.ParseTree(cur.Content)
+		if err != nil {
+			return nil, src, fmt.Errorf("%s at %s: tree %s: %w", p, patch.Short(base), cur.ID, err)
+		}
+		j := slices.IndexFunc(es, func(e pgit.TreeEntry) bool { return e.Name == part })
+		if j < 0 {
+			return nil, src, nil
+		}
+		entry = es[j]
+		if i == len(parts)-1 {
+			break
+		}
+		if entry.Mode != pgit.ModeTree {
+			return nil, src, nil // a file where a folder was named
+		}
+		if cur, err = objs.Get(entry.Hash.String()); err != nil || cur.Type != "tree" {
+			return nil, src, fmt.Errorf("%s at %s: tree %s unreadable: %v", p, patch.Short(base), entry.Hash, err)
+		}
 	}
-	if f[1] != "blob" || (f[0] != "100644" && f[0] != "100755") {
-		return nil, src, fmt.Errorf("%s at %s: not a regular file (mode %s %s)", p, patch.Short(base), f[0], f[1])
+	switch entry.Mode {
+	case pgit.ModeTree:
+		return nil, src, nil // p names a folder
+	case pgit.ModeFile, pgit.ModeExec:
+	default:
+		kind := "blob"
+		if entry.Mode == pgit.ModeGitlink {
+			kind = "commit"
+		}
+		return nil, src, fmt.Errorf("%s at %s: not a regular file (mode %06o %s)", p, patch.Short(base), uint32(entry.Mode), kind)
 	}
-	src.Blob = f[2]
-	size, err := git.Line(ctx, "cat-file", "-s", src.Blob)
-	if err != nil {
-		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
+	src.Blob = entry.Hash.String()
+	blob, err := objs.Get(src.Blob)
+	if err != nil || blob.ID == "" || blob.Type != "blob" {
+		return nil, src, fmt.Errorf("%s at %s: blob %s unreadable: %v", p, patch.Short(base), src.Blob, err)
 	}
-	if n, err := strconv.Atoi(size); err != nil || n > limit {
-		return nil, src, fmt.Errorf("%s at %s: %s bytes is larger than the role's prompt limit of %d bytes (limits.promptBytes)", p, patch.Short(base), size, limit)
-	}
-	body, err := git.Run(ctx, "cat-file", "blob", src.Blob)
-	if err != nil {
-		return nil, src, fmt.Errorf("%s at %s: %w", p, patch.Short(base), err)
+	body := blob.Content
+	if len(body) > limit {
+		return nil, src, fmt.Errorf("%s at %s: %d bytes is larger than the role's prompt limit of %d bytes (limits.promptBytes)", p, patch.Short(base), len(body), limit)
 	}
 	if !utf8.Valid(body) || bytes.IndexByte(body, 0) >= 0 {
 		return nil, src, fmt.Errorf("%s at %s: not UTF-8 text", p, patch.Short(base))

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -79,6 +80,18 @@ var ErrSessionBusy = errors.New("session is running in another process")
 
 var errTimeout = errors.New("wall-clock limit reached")
 
+// faultHook is called at the named points of a run's start; tests replace
+// it to kill the process there (a no-op otherwise).
+var faultHook = func(point string) {}
+
+// Fault points: the start record is written (run folder, task, result.json,
+// the store's row) but no session state yet; the worktree is taken but the
+// state that names it is not saved yet.
+const (
+	faultStarted  = "started"
+	faultAcquired = "acquired"
+)
+
 // Run runs one task: a new session, the continuation of an interrupted run
 // of the same session, or (with FollowUp) a refinement round. It returns the
 // run's receipt; the error is non-nil only when the run could not be started
@@ -141,13 +154,14 @@ func getenvOr(f func(string) string) func(string) string {
 
 // runner is one run in progress.
 type runner struct {
-	opts   Options
-	task   Task
-	cfg    conductor.Config
-	getenv func(string) string
-	now    func() time.Time
-	lim    limits
-	tools  []string
+	opts        Options
+	restartBase string // set by neverSaved: the base a run killed before its first save starts over from
+	task        Task
+	cfg         conductor.Config
+	getenv      func(string) string
+	now         func() time.Time
+	lim         limits
+	tools       []string
 
 	repo     patch.Git
 	pool     *Pool
@@ -292,6 +306,36 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 	return r.execute(ctx, mode)
 }
 
+// neverSaved reports whether run resumeID was killed after its start
+// record but before its session state's first save (issue 23.2): no state
+// of the session, no checkpoint in the store (none there, or no store),
+// its record still running at step 0 and an empty transcript. Such a run
+// did nothing yet (no model call, no tool step), so it starts over under
+// the same id from its recorded base commit (r.restartBase).
+func (r *runner) neverSaved(ctx context.Context, resumeID string, st *sessionState) bool {
+	if st != nil {
+		return false
+	}
+	if r.opts.Store != nil {
+		if _, err := r.opts.Store.LatestCheckpoint(ctx, resumeID); !errors.Is(err, bus.ErrNotFound) {
+			return false // a checkpoint, or a store that cannot say
+		}
+	}
+	dir := runrec.Dir(r.cfg.RunDir(resumeID))
+	res, err := dir.ReadResult()
+	if err != nil || runrec.Final(res.Status) || res.Steps != 0 || res.BaseCommit == "" ||
+		res.Session != r.task.Session || (res.Repo != "" && res.Repo != r.repo.CommonDir()) {
+		return false
+	}
+	if fi, err := os.Stat(dir.Path(runrec.TranscriptFile)); err == nil && fi.Size() > 0 {
+		return false
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	r.restartBase = res.BaseCommit
+	return true
+}
+
 type runMode int
 
 const (
@@ -313,6 +357,9 @@ func (r *runner) chooseMode(ctx context.Context, resumeID string) (runMode, erro
 		}
 		cp, err := r.checkpointState(ctx, resumeID)
 		if err != nil {
+			if r.neverSaved(ctx, resumeID, st) {
+				return modeNew, nil
+			}
 			return 0, err
 		}
 		if st != nil && !runrec.Final(st.Status) {
@@ -368,6 +415,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if err := r.recordStart(ctx, mode); err != nil {
 		return runrec.Result{}, err
 	}
+	faultHook(faultStarted)
 	closeWorktree, err := r.prepareWorktree(ctx, mode, secretEnv)
 	if err != nil {
 		return r.fail(ctx, err)
@@ -396,9 +444,12 @@ func (r *runner) startState(ctx context.Context, mode runMode) error {
 	t, st := r.task, r.state
 	switch mode {
 	case modeNew:
-		base, err := ResolveBase(ctx, r.repo, t.Base)
-		if err != nil {
-			return err
+		base := r.restartBase
+		if base == "" {
+			var err error
+			if base, err = ResolveBase(ctx, r.repo, t.Base); err != nil {
+				return err
+			}
 		}
 		st = &sessionState{Version: 1, Workspace: t.Workspace, Session: t.Session, Repo: r.repo.CommonDir(),
 			PoolDir: r.pool.Dir, BaseCommit: base}
@@ -670,6 +721,16 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 		}
 		r.warnf("the session's worktree %s cannot be reused (%v): re-creating it", st.Slot, err)
 	}
+	if r.restartBase != "" {
+		r.warnf("run %s was stopped before its first step was saved: starting it over", st.RunID)
+		// The killed attempt's worktree, if it took one, is named by no
+		// session state: it goes back to the pool.
+		if n, err := r.pool.ReclaimOrphans(ctx, owner); err != nil {
+			r.warnf("the killed attempt's worktree: %v", err)
+		} else if n > 0 {
+			r.warnf("returned the killed attempt's worktree to the pool")
+		}
+	}
 	l, err := r.pool.Acquire(ctx, st.BaseCommit, owner)
 	if err != nil {
 		return err
@@ -681,6 +742,7 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 			return err
 		}
 	}
+	faultHook(faultAcquired)
 	return r.save()
 }
 
@@ -790,17 +852,23 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 		}
 	}
 	st.Status = res.Status
+	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
+	release := r.lease != nil && !(resumable || r.opts.KeepWorktree || !safe)
+	if release {
+		// The worktree goes back to the pool below (or is discarded when
+		// it cannot be reset): the record names none, and is written once.
+		res.Worktree = ""
+	}
 	r.result = res
 	if err := r.record(ctx); err != nil {
 		return res, err
 	}
-	resumable := res.Status == runrec.StatusCancelled || res.Status == StatusDrift || res.Resumable
 	if resumable && r.lease != nil {
 		r.checkpoint(ctx)
 	}
 	if r.lease != nil {
 		switch {
-		case resumable || r.opts.KeepWorktree || !safe:
+		case !release:
 			if err := r.lease.Keep(); err != nil {
 				r.warnf("keep worktree: %v", err)
 			}
@@ -815,10 +883,6 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 				r.warnf("release worktree: %v", err)
 			}
 			st.Slot, st.Worktree = "", ""
-			r.result.Worktree = ""
-			if err := r.runDir.WriteResult(r.result); err != nil {
-				return r.result, fmt.Errorf("run record: %w", err)
-			}
 		}
 	}
 	if r.sessDir != "" && st.RunID != "" {
@@ -916,8 +980,15 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		// transcript alone (one fsync; adoptRecordedReply rebuilds it
 		// into the state on resume), and the state is written once, with
 		// its results. A final reply is saved with the state at once.
+		// A reply whose calls only read needs no fsync of its own: they
+		// change nothing, so losing the reply to a power cut is losing a
+		// model call, and the results' save makes it durable with them (a
+		// killed process loses nothing it wrote).
 		save := r.save
-		if len(msg.ToolCalls) > 0 {
+		switch {
+		case len(msg.ToolCalls) > 0 && readOnlyCalls(msg.ToolCalls):
+			save = func() error { return nil }
+		case len(msg.ToolCalls) > 0:
 			save = r.log.Sync
 		}
 		if err := save(); err != nil {
@@ -956,6 +1027,18 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 
 // cutOffNudge answers a reply the server cut off at its length limit.
 const cutOffNudge = "Your last reply was cut off at the length limit. Continue from where it stopped, in shorter steps."
+
+// readOnlyCalls reports whether every call only reads the worktree.
+func readOnlyCalls(calls []openai.ToolCall) bool {
+	for _, c := range calls {
+		switch c.Function.Name {
+		case ToolReadFile, ToolGrep, ToolListDir:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // pendingCalls returns the tool calls of the last assistant message that
 // have no result yet.

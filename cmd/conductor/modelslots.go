@@ -20,7 +20,7 @@ import (
 func (d *deps) modelSlots(c *cli.Context) *queue.ModelSlots {
 	cfg := d.config(c)
 	ttl := cmp.Or(cfg.ModelSlotTTL, queue.DefaultSlotTTL) // CONDUCTOR_MODEL_SLOT_TTL or models.slotTTL
-	url := cfg.RedisURL // flag > REDIS_URL > file, resolved once
+	url := cfg.RedisURL                                   // flag > REDIS_URL > file, resolved once
 	ls := &lazySlots{open: func(ctx context.Context) (queue.SlotStore, func() error, error) {
 		if url != "" {
 			s, err := queue.DialRedisSlots(ctx, url)

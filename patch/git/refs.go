@@ -3,6 +3,8 @@ package git
 import (
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/go-git/go-billy/v5/osfs"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -51,4 +53,54 @@ func SymbolicRef(gitDir, name string) (string, error) {
 		return r.Target().String(), nil
 	}
 	return "", nil
+}
+
+// Ref is a ref's name and the id it holds.
+type Ref struct{ Name, ID string }
+
+// ListRefs lists the refs of gitDir under the given prefixes, in process
+// (loose or packed, go-git's reader), sorted by name like `git
+// for-each-ref`: a prefix ending in "/" matches the refs below it, any
+// other the ref itself and those below it ("refs/stash"). Symbolic refs are
+// followed. An error when a ref does not hold an id (the caller then asks
+// git, which says what is wrong).
+func ListRefs(gitDir string, prefixes ...string) ([]Ref, error) {
+	st := filesystem.NewStorageWithOptions(osfs.New(gitDir), cache.NewObjectLRU(0), filesystem.Options{})
+	it, err := st.IterReferences()
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	match := func(name string) bool {
+		for _, p := range prefixes {
+			if strings.HasSuffix(p, "/") && strings.HasPrefix(name, p) || name == p || strings.HasPrefix(name, p+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	var refs []Ref
+	err = it.ForEach(func(r *plumbing.Reference) error {
+		name := r.Name().String()
+		if !match(name) {
+			return nil
+		}
+		if r.Type() == plumbing.SymbolicReference {
+			res, err := storer.ResolveReference(st, r.Name())
+			if err != nil {
+				return fmt.Errorf("read %s: %w", name, err)
+			}
+			r = res
+		}
+		if r.Hash().IsZero() {
+			return fmt.Errorf("read %s: not an object id", name)
+		}
+		refs = append(refs, Ref{Name: name, ID: r.Hash().String()})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Name < refs[j].Name })
+	return refs, nil
 }

@@ -82,6 +82,11 @@ func (b *bench) gateRepo(dir, name string, o sandbox.Options, warm sandbox.Sandb
 		return err
 	}
 	hostEnv := b.goEnv(filepath.Join(dir, name+"-hostcache"), filepath.Join(dir, name+"-hostmod"), hostMod)
+	// The module cache folder exists even for a repository without
+	// dependencies (nothing fills it): the cold gate binds it read-only.
+	if err := os.MkdirAll(filepath.Join(dir, name+"-hostmod"), 0o755); err != nil {
+		return err
+	}
 	if len(pkgs) > 1 {
 		// go.sum from the host's module cache (file proxy, no network).
 		if out, err := goCmd(src, hostEnv, "mod", "tidy"); err != nil {
