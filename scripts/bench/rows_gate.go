@@ -92,6 +92,12 @@ func (b *bench) gateRepo(dir, name string, o sandbox.Options, warm sandbox.Sandb
 		if out, err := goCmd(src, hostEnv, "mod", "tidy"); err != nil {
 			return fmt.Errorf("go mod tidy: %v: %s", err, out)
 		}
+		// Every module go.mod names, as warming downloads them (tidy
+		// fetches only what it reads): the warming's offline proxy is
+		// this module cache.
+		if out, err := goCmd(src, hostEnv, "mod", "download"); err != nil {
+			return fmt.Errorf("go mod download: %v: %s", err, out)
+		}
 	}
 	repo := filepath.Join(dir, name+".git")
 	for _, args := range [][]string{{"init", "-q", "--bare", repo}} {
