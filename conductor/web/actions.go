@@ -60,10 +60,22 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, localPath(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
-func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+// mutation opens every state-changing request: the form is bounded
+// (maxForm) and the request must carry an operator's token and this
+// server's CSRF token (auth.authorize); otherwise it is refused with 403 and
+// ok is false.
+func (s *Server) mutation(w http.ResponseWriter, r *http.Request) (who, bool) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	if _, err := s.auth.authorize(r); err != nil {
+	op, err := s.auth.authorize(r)
+	if err != nil {
 		s.fail(w, r, http.StatusForbidden, err.Error())
+		return who{}, false
+	}
+	return op, true
+}
+
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	if _, ok := s.mutation(w, r); !ok {
 		return
 	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
@@ -75,10 +87,8 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
 
 // addNote leaves an operator note for a running session.
 func (s *Server) addNote(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	who, err := s.auth.authorize(r)
-	if err != nil {
-		s.fail(w, r, http.StatusForbidden, err.Error())
+	who, ok := s.mutation(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")
@@ -119,10 +129,8 @@ func (s *Server) addNote(w http.ResponseWriter, r *http.Request) {
 
 // resolve answers a decision with one of its options, as the operator.
 func (s *Server) resolve(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	who, err := s.auth.authorize(r)
-	if err != nil {
-		s.fail(w, r, http.StatusForbidden, err.Error())
+	who, ok := s.mutation(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")

@@ -60,9 +60,7 @@ func (t taskInfo) RuntimeName() string {
 // taskOf reads a run's task.json once (it is written when the run starts
 // and never changes).
 func (s *Server) taskOf(id string) taskInfo {
-	s.git.mu.Lock()
-	t, ok := s.git.tasks[id]
-	s.git.mu.Unlock()
+	t, ok := s.git.tasks.get(id)
 	if ok {
 		return t
 	}
@@ -76,12 +74,7 @@ func (s *Server) taskOf(id string) taskInfo {
 		return taskInfo{}
 	}
 	t.Known = true
-	s.git.mu.Lock()
-	if len(s.git.tasks) > 8192 {
-		clear(s.git.tasks)
-	}
-	s.git.tasks[id] = t
-	s.git.mu.Unlock()
+	s.git.tasks.put(id, t)
 	return t
 }
 
@@ -419,9 +412,7 @@ func (s *Server) cachedAudit(ctx context.Context, repo, commit string) (*Audit, 
 	}
 	key := repo + "\x00" + commit
 	now := time.Now()
-	s.git.mu.Lock()
-	c, ok := s.git.audits[key]
-	s.git.mu.Unlock()
+	c, ok := s.git.audits.get(key)
 	if ok && now.Sub(c.at) < auditTTL {
 		return c.a, c.err
 	}
@@ -437,12 +428,7 @@ func (s *Server) cachedAudit(ctx context.Context, repo, commit string) (*Audit, 
 	} else {
 		c.a = &a
 	}
-	s.git.mu.Lock()
-	if len(s.git.audits) > 4096 {
-		clear(s.git.audits)
-	}
-	s.git.audits[key] = c
-	s.git.mu.Unlock()
+	s.git.audits.put(key, c)
 	return c.a, c.err
 }
 
@@ -556,12 +542,42 @@ func (s *Server) queuePage(ctx context.Context) (queuePage, error) {
 // does not run git every second: a diffstat for a while (the target may
 // move), a landed commit's trailers for good (a commit never changes).
 type gitCache struct {
-	mu        sync.Mutex
-	diffstats map[string]cachedStat
-	trailers  map[string][]string
-	tasks     map[string]taskInfo
-	audits    map[string]cachedAudit
-	tips      map[string]cachedTipValue // a decision target's tip, for a preview's staleness
+	diffstats memo[cachedStat]
+	trailers  memo[[]string]
+	tasks     memo[taskInfo]
+	audits    memo[cachedAudit]
+	tips      memo[cachedTipValue] // a decision target's tip, for a preview's staleness
+}
+
+func newGitCache() gitCache {
+	return gitCache{diffstats: newMemo[cachedStat](1024), trailers: newMemo[[]string](4096),
+		tasks: newMemo[taskInfo](8192), audits: newMemo[cachedAudit](4096), tips: newMemo[cachedTipValue](1024)}
+}
+
+// memo is a bounded map of what the pages read again: when it holds max
+// entries it starts over empty (the values are cheap to read again).
+type memo[V any] struct {
+	mu  *sync.Mutex
+	m   map[string]V
+	max int
+}
+
+func newMemo[V any](max int) memo[V] { return memo[V]{mu: &sync.Mutex{}, m: map[string]V{}, max: max} }
+
+func (c memo[V]) get(k string) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[k]
+	return v, ok
+}
+
+func (c memo[V]) put(k string, v V) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= c.max {
+		clear(c.m)
+	}
+	c.m[k] = v
 }
 
 type cachedStat struct {
@@ -575,9 +591,7 @@ const diffstatTTL = 15 * time.Second
 func (s *Server) cachedDiffstat(ctx context.Context, d bus.Decision) ([]review.FileStat, error) {
 	key := d.Repo + "\x00" + d.Target + "\x00" + d.Commit
 	now := time.Now()
-	s.git.mu.Lock()
-	c, ok := s.git.diffstats[key]
-	s.git.mu.Unlock()
+	c, ok := s.git.diffstats.get(key)
 	if ok && now.Sub(c.at) < diffstatTTL {
 		return c.files, c.err
 	}
@@ -585,20 +599,13 @@ func (s *Server) cachedDiffstat(ctx context.Context, d bus.Decision) ([]review.F
 	if ctx.Err() != nil {
 		return files, err // not cached: the request went away
 	}
-	s.git.mu.Lock()
-	if len(s.git.diffstats) > 1024 {
-		clear(s.git.diffstats)
-	}
-	s.git.diffstats[key] = cachedStat{files: files, err: err, at: now}
-	s.git.mu.Unlock()
+	s.git.diffstats.put(key, cachedStat{files: files, err: err, at: now})
 	return files, err
 }
 
 func (s *Server) cachedTrailers(ctx context.Context, repo, commit string) []string {
 	key := repo + "\x00" + commit
-	s.git.mu.Lock()
-	t, ok := s.git.trailers[key]
-	s.git.mu.Unlock()
+	t, ok := s.git.trailers.get(key)
 	if ok {
 		return t
 	}
@@ -606,11 +613,6 @@ func (s *Server) cachedTrailers(ctx context.Context, repo, commit string) []stri
 	if t == nil {
 		return nil // retried next time (the repository may come back)
 	}
-	s.git.mu.Lock()
-	if len(s.git.trailers) > 4096 {
-		clear(s.git.trailers)
-	}
-	s.git.trailers[key] = t
-	s.git.mu.Unlock()
+	s.git.trailers.put(key, t)
 	return t
 }

@@ -79,10 +79,8 @@ var deadID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // retry|drop ID` does, for an operator.
 func (s *Server) deadAction(op string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-		who, err := s.auth.authorize(r)
-		if err != nil {
-			s.fail(w, r, http.StatusForbidden, err.Error())
+		who, ok := s.mutation(w, r)
+		if !ok {
 			return
 		}
 		id := r.PathValue("id")

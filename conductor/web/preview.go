@@ -120,10 +120,8 @@ func (p *previews) finish(r previewRun) {
 // `land --preview` in the background, one at a time per decision. It is a
 // mutation (it runs worker-written code in the sandbox): token and CSRF.
 func (s *Server) preview(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-	who, err := s.auth.authorize(r)
-	if err != nil {
-		s.fail(w, r, http.StatusForbidden, err.Error())
+	who, ok := s.mutation(w, r)
+	if !ok {
 		return
 	}
 	id := r.PathValue("id")
@@ -251,9 +249,7 @@ const tipTTL = 2 * time.Second
 func (s *Server) cachedTip(ctx context.Context, d bus.Decision, fresh bool) (string, error) {
 	key := d.Repo + "\x00" + d.Target
 	now := time.Now()
-	s.git.mu.Lock()
-	c, ok := s.git.tips[key]
-	s.git.mu.Unlock()
+	c, ok := s.git.tips.get(key)
 	if ok && !fresh && now.Sub(c.at) < tipTTL {
 		return c.tip, c.err
 	}
@@ -261,12 +257,7 @@ func (s *Server) cachedTip(ctx context.Context, d bus.Decision, fresh bool) (str
 	if ctx.Err() != nil {
 		return tip, err
 	}
-	s.git.mu.Lock()
-	if len(s.git.tips) > 1024 {
-		clear(s.git.tips)
-	}
-	s.git.tips[key] = cachedTipValue{tip: tip, err: err, at: now}
-	s.git.mu.Unlock()
+	s.git.tips.put(key, cachedTipValue{tip: tip, err: err, at: now})
 	return tip, err
 }
 

@@ -111,7 +111,7 @@ func New(o Options) (*Server, error) {
 		o:              o,
 		auth:           &auth{ops: o.Operators, now: o.Now, sessions: map[string]session{}},
 		streams:        make(chan struct{}, o.MaxStreams),
-		git:            gitCache{diffstats: map[string]cachedStat{}, trailers: map[string][]string{}, tasks: map[string]taskInfo{}, audits: map[string]cachedAudit{}, tips: map[string]cachedTipValue{}},
+		git:            newGitCache(),
 		readsNeedToken: o.Listen != "" && !Loopback(o.Listen),
 	}
 	secrets := slices.Clone(o.Secrets)
