@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/conductor-dev/conductor/conductor/bus"
 )
 
 // RedisOptions configures a Redis queue consumer or producer.
@@ -67,18 +65,9 @@ func DialRedis(ctx context.Context, o RedisOptions) (*Redis, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	opt, err := redis.ParseURL(o.URL)
+	c, err := dialRedis(ctx, o.URL)
 	if err != nil {
-		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", bus.RedactURL(o.URL), err)
-	}
-	opt.DialTimeout = 3 * time.Second
-	opt.MaxRetries = 1
-	c := redis.NewClient(opt)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := c.Ping(pctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w (%w)", bus.RedactURL(o.URL), err, ErrUnreachable)
+		return nil, err
 	}
 	r := &Redis{c: c, o: o, stop: make(chan struct{}), done: make(chan struct{}), inFlight: map[string]int{}}
 	if o.Consumer != "" {

@@ -29,6 +29,16 @@ var _ SlotStore = (*RedisSlots)(nil)
 
 // DialRedisSlots connects to the Redis at url for the model semaphore.
 func DialRedisSlots(ctx context.Context, url string) (*RedisSlots, error) {
+	c, err := dialRedis(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return &RedisSlots{c: c}, nil
+}
+
+// dialRedis connects to the Redis at url (REDIS_URL) and checks it
+// answers: the queue and the model slots connect the same way.
+func dialRedis(ctx context.Context, url string) (*redis.Client, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", bus.RedactURL(url), err)
@@ -42,7 +52,7 @@ func DialRedisSlots(ctx context.Context, url string) (*RedisSlots, error) {
 		c.Close()
 		return nil, fmt.Errorf("redis: cannot reach %s: %w (%w)", bus.RedactURL(url), err, ErrUnreachable)
 	}
-	return &RedisSlots{c: c}, nil
+	return c, nil
 }
 
 // Close closes the connection.
