@@ -121,7 +121,11 @@ func (l *lander) narrative(ctx context.Context, tip string, out *Outcome) string
 	}
 	s = append(s, fmt.Sprintf("Lands the candidate with patch-id %s from %s, reviewed as commit %s.", patch.Short(out.PatchID), who, patch.Short(l.approved.ID)))
 	if base, err := l.mergeBase(ctx, tip); err == nil && base != "" {
-		switch moved, err := l.reviewedPathsMoved(ctx, base, tip, out.Files); {
+		var moved []string
+		if base != tip {
+			moved, err = l.reviewedPathsMoved(ctx, base, tip, out.Files)
+		}
+		switch {
 		case base == tip:
 			s = append(s, fmt.Sprintf("The work was made on %s at %s and the target has not moved since: the landed tree is the reviewed tree.", l.target, patch.Short(base)))
 		case err != nil:

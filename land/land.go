@@ -191,6 +191,9 @@ type lander struct {
 	specs  map[string]*speculation
 	diff   *differ // the neutral git dir of the landing's diffs
 
+	baseMu sync.Mutex
+	bases  map[string]string // merge base of the approved commit with a tip, by tip
+
 	dataDir string // DataRoot/land/<key>
 	key     string
 }

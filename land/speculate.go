@@ -88,6 +88,11 @@ func (l *lander) at(tip, approved string) *speculation {
 // when they share no history. (Only the search for a killed landing needs
 // it: the policy diff finds the base itself.)
 func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
+	l.baseMu.Lock()
+	defer l.baseMu.Unlock()
+	if b, ok := l.bases[tip]; ok {
+		return b, nil // asked again (the landed-check and the message): one git
+	}
 	base, err := l.g.Line(ctx, "merge-base", tip, l.approved.ID)
 	if err != nil {
 		var ge *git.GitError
@@ -96,6 +101,10 @@ func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
 		}
 		base = ""
 	}
+	if l.bases == nil {
+		l.bases = map[string]string{}
+	}
+	l.bases[tip] = base
 	return base, nil
 }
 

@@ -311,11 +311,10 @@ func (p *Pool) ReclaimOrphans(ctx context.Context, owner string) (int, error) {
 			if err != nil || m.State != SlotBusy || m.Owner != owner {
 				continue
 			}
-			lk, err := filelock.TryLock(p.lockPath(n))
-			if err != nil || lk == nil {
-				continue // a live process holds it
+			if l := p.tryClaim(m); l != nil { // else a live process holds it
+				l.Git = patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}
+				orphans = append(orphans, l)
 			}
-			orphans = append(orphans, &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: lk})
 		}
 		return nil
 	})
