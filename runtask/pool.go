@@ -300,26 +300,10 @@ func (p *Pool) Adopt(ctx context.Context, slot, owner string) (*Lease, error) {
 // goes by). Each is reset like any release (or discarded when it cannot
 // be); the caller must know owner has no kept worktree of its own.
 func (p *Pool) ReclaimOrphans(ctx context.Context, owner string) (int, error) {
-	var orphans []*Lease
-	err := p.withPoolLock(func() error {
-		names, err := p.slots()
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			m, err := p.readMeta(n)
-			if err != nil || m.State != SlotBusy || m.Owner != owner {
-				continue
-			}
-			if l := p.tryClaim(m); l != nil { // else a live process holds it
-				l.Git = patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}
-				orphans = append(orphans, l)
-			}
-		}
-		return nil
-	})
+	orphans, err := p.claimWhere(func(m SlotMeta) bool { return m.State == SlotBusy && m.Owner == owner })
 	var errs []error
 	for _, l := range orphans {
+		l.Git = patch.Git{GitDir: l.Meta.GitDir, WorkTree: l.Meta.Worktree}
 		errs = append(errs, l.Release(ctx))
 	}
 	return len(orphans), errors.Join(append(errs, err)...)
@@ -808,6 +792,29 @@ func (p *Pool) tryClaim(m SlotMeta) *Lease {
 	return &Lease{Meta: m, pool: p, lock: lk}
 }
 
+// claimWhere claims, under the pool lock, every slot whose metadata want
+// picks and that no live process holds (tryClaim).
+func (p *Pool) claimWhere(want func(SlotMeta) bool) ([]*Lease, error) {
+	var claimed []*Lease
+	err := p.withPoolLock(func() error {
+		names, err := p.slots()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			m, err := p.readMeta(n)
+			if err != nil || !want(m) {
+				continue
+			}
+			if l := p.tryClaim(m); l != nil { // else a live process holds it
+				claimed = append(claimed, l)
+			}
+		}
+		return nil
+	})
+	return claimed, err
+}
+
 // discardAll discards the claimed slots and names them all (a slot whose
 // removal failed is gone from the pool all the same).
 func discardAll(ctx context.Context, victims []*Lease) ([]string, error) {
@@ -915,27 +922,9 @@ func (p *Pool) Status(ctx context.Context) ([]SlotStatus, error) {
 // plus slots whose worktree folder is gone. With orphans it also discards
 // worktrees a dead process left with a session (not held by any process).
 func (p *Pool) Prune(ctx context.Context, all, orphans bool) ([]string, error) {
-	var victims []*Lease
-	err := p.withPoolLock(func() error {
-		names, err := p.slots()
-		if err != nil {
-			return err
-		}
-		for _, n := range names {
-			m, err := p.readMeta(n)
-			if err != nil {
-				continue
-			}
-			_, statErr := os.Stat(m.Worktree)
-			gone := statErr != nil
-			if !(gone || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)) {
-				continue
-			}
-			if v := p.tryClaim(m); v != nil { // else in use by a live process
-				victims = append(victims, v)
-			}
-		}
-		return nil
+	victims, err := p.claimWhere(func(m SlotMeta) bool {
+		_, statErr := os.Stat(m.Worktree)
+		return statErr != nil || (all && m.State == SlotFree) || (orphans && m.State == SlotBusy)
 	})
 	removed, derr := discardAll(ctx, victims)
 	errs := []error{derr}

@@ -72,31 +72,7 @@ func serveFleetTrial(t *testing.T, redisURL string) {
 	if redisURL != "" {
 		env = append(env, "REDIS_URL="+redisURL)
 	}
-	cmd := exec.Command("conductor", "serve", "--listen", "127.0.0.1:0", "--operator", "alice")
-	cmd.Env = env
-	out, err := cmd.StdoutPipe()
-	must(err)
-	var errb syncBuffer
-	cmd.Stderr = &errb
-	must(cmd.Start())
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed no URL: %v\n%s", err, errb.String())
-	}
-	base := strings.TrimSuffix(strings.TrimSpace(line), "/")
-	do := func(method, path string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, base+path, nil)
-		must(err)
-		req.Header.Set("Authorization", "Bearer "+token)
-		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := c.Do(req)
-		must(err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do, errb := startServe(t, env, token)
 	code, body := do("GET", "/queue")
 	for _, want := range []string{dl.ID, "r-served", "unknown role &#34;nobody&#34;", q.Name(), "vllm", "1 / 8", "w:1:9:aa"} {
 		if code != http.StatusOK || !strings.Contains(body, want) {
@@ -118,6 +94,47 @@ func serveFleetTrial(t *testing.T, redisURL string) {
 	if t.Failed() {
 		t.Log(errb.String())
 	}
+}
+
+// startServe starts `conductor serve` on a free loopback port as operator
+// alice (token) with env and extra flags; do sends her requests (redirects
+// are not followed), errb is its stderr. The process ends with the test.
+func startServe(t *testing.T, env []string, token string, extra ...string) (do func(method, path string) (int, string), errb *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command("conductor", append([]string{"serve", "--listen", "127.0.0.1:0", "--operator", "alice"}, extra...)...)
+	cmd.Env = env
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errb = &syncBuffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("serve printed no URL: %v\n%s", err, errb.String())
+	}
+	base := strings.TrimSuffix(strings.TrimSpace(line), "/")
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do = func(method, path string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	return do, errb
 }
 
 type errNamed string

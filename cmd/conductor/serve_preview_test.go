@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -65,31 +63,7 @@ func TestServePreview(t *testing.T) {
 	refs := func() string { return gitT(t, repo, env, "for-each-ref", "--format=%(refname) %(objectname)") }
 	before := refs()
 
-	cmd := exec.Command("conductor", "serve", "--listen", "127.0.0.1:0", "--operator", "alice", "--poll", "50ms")
-	cmd.Env = env
-	out, err := cmd.StdoutPipe()
-	must(err)
-	var errb syncBuffer
-	cmd.Stderr = &errb
-	must(cmd.Start())
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("serve printed no URL: %v\n%s", err, errb.String())
-	}
-	base = strings.TrimSuffix(strings.TrimSpace(line), "/")
-	do := func(method, path string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, base+path, nil)
-		must(err)
-		req.Header.Set("Authorization", "Bearer "+token)
-		c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		resp, err := c.Do(req)
-		must(err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do, errb := startServe(t, env, token, "--poll", "50ms")
 	if code, body := do("POST", "/decisions/"+d.ID+"/preview"); code != http.StatusSeeOther {
 		t.Fatalf("preview: %d %s\n%s", code, body, errb.String())
 	}
