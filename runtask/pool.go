@@ -678,6 +678,12 @@ func (l *Lease) Release(ctx context.Context) error {
 	if err := l.reset(ctx, l.Meta.Base); err != nil {
 		return errors.Join(err, l.discard(ctx))
 	}
+	return l.free(ctx)
+}
+
+// free marks the reset worktree free and evicts beyond the bounds.
+func (l *Lease) free(ctx context.Context) error {
+	p := l.pool
 	if p.MaxBytes > 0 {
 		l.Meta.Bytes = dirSize(l.Meta.Worktree)
 	}

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -163,27 +164,31 @@ type runner struct {
 	lim         limits
 	tools       []string
 
-	repo     patch.Git
-	pool     *Pool
-	lease    *Lease
-	root     *os.Root
-	tb       *toolbox
-	model    ModelClient
-	sessDir  string
-	state    *sessionState
-	runDir   runrec.Dir
-	log      *runrec.Log
-	stderr   io.Writer
-	errFile  *os.File
-	ev       *emitter
-	touched  touchedSet
-	hazards  []runrec.Hazard // what the worktree scans found, for the result
-	scratch  string
-	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
-	result   runrec.Result
-	started  time.Time
-	stopText string
-	pi       PiInstall // the pi install, for runtime pi
+	repo    patch.Git
+	pool    *Pool
+	lease   *Lease
+	root    *os.Root
+	tb      *toolbox
+	model   ModelClient
+	sessDir string
+	state   *sessionState
+	runDir  runrec.Dir
+	log     *runrec.Log
+	stderr  io.Writer
+	errFile *os.File
+	ev      *emitter
+	touched touchedSet
+	// knownChanges: the worktree was taken clean by this process and only
+	// file tools changed it, so touched and the extraction name every path
+	// that differs from the base (see Lease.ReleaseKnown).
+	knownChanges bool
+	hazards      []runrec.Hazard // what the worktree scans found, for the result
+	scratch      string
+	recorded     map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
+	result       runrec.Result
+	started      time.Time
+	stopText     string
+	pi           PiInstall // the pi install, for runtime pi
 	// outside: the loop failed from an outside cause (model server, disk):
 	// the run is recorded resumable. reopen: Resume continues such a run.
 	outside, reopen bool
@@ -737,6 +742,7 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 	}
 	r.lease = l
 	st.Slot, st.Worktree, st.PoolDir = l.Meta.Slot, l.Dir(), r.pool.Dir
+	r.knownChanges = st.LastPatch == "" && r.task.Runtime != RuntimePi
 	if st.LastPatch != "" {
 		if err := applyPatch(ctx, l.Git, st.LastPatch); err != nil {
 			return err
@@ -825,6 +831,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	res.FinishedAt = r.now()
 	res.Resumable = status == runrec.StatusFailed && r.outside
 	safe := true
+	var changed []string // what the extraction found differs from the base
 	if r.lease != nil {
 		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
 		r.addHazards(toHazards(ex.Hazards))
@@ -838,6 +845,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 			}
 		} else {
 			res.PatchID, res.FilesChanged = ex.PatchID, ex.Files
+			changed = ex.Files
 			if res.FilesChanged == nil {
 				res.FilesChanged = []string{}
 			}
@@ -879,7 +887,14 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 			if r.root != nil {
 				r.root.Close()
 			}
-			if err := r.lease.Release(ctx); err != nil {
+			release := r.lease.Release
+			if r.knownChanges {
+				paths := slices.Concat(r.touchedPaths(), changed)
+				slices.Sort(paths)
+				paths = slices.Compact(paths)
+				release = func(ctx context.Context) error { return r.lease.ReleaseKnown(ctx, paths) }
+			}
+			if err := release(ctx); err != nil {
 				r.warnf("release worktree: %v", err)
 			}
 			st.Slot, st.Worktree = "", ""
@@ -1077,6 +1092,9 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		}
 		name, args := call.Function.Name, call.Function.Arguments
 		res, adopted := r.recordedResult(call.ID, name, args)
+		if name == ToolRunCommand {
+			r.knownChanges = false // a command may leave anything anywhere
+		}
 		if !adopted {
 			r.transcript(transcriptLine{Type: lineToolCall, Step: st.Step, CallID: call.ID, Tool: name, Arguments: args})
 			res = r.tb.call(ctx, name, args)

@@ -342,6 +342,15 @@ func (b *bench) rowQueue() error {
 	}
 	// wait polls the run records until every id has finished and returns
 	// their records.
+	//
+	// A record is read again only when its file changed (records are
+	// replaced by rename, so a new inode or size): the poller must not eat
+	// the CPU the row measures.
+	type seenFile struct {
+		ino  uint64
+		size int64
+	}
+	seen := map[string]seenFile{}
 	wait := func(ids []string, limit time.Duration) (map[string]runrec.Result, error) {
 		got := map[string]runrec.Result{}
 		deadline := time.Now().Add(limit)
@@ -353,10 +362,23 @@ func (b *bench) rowQueue() error {
 				if _, ok := got[id]; ok {
 					continue
 				}
-				raw, err := os.ReadFile(filepath.Join(data, "runs", id, runrec.ResultFile))
+				path := filepath.Join(data, "runs", id, runrec.ResultFile)
+				fi, err := os.Stat(path)
 				if err != nil {
 					continue
 				}
+				sf := seenFile{size: fi.Size()}
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					sf.ino = st.Ino
+				}
+				if seen[id] == sf {
+					continue
+				}
+				raw, err := os.ReadFile(path)
+				if err != nil {
+					continue
+				}
+				seen[id] = sf
 				var res runrec.Result
 				if json.Unmarshal(raw, &res) != nil || res.FinishedAt.IsZero() {
 					continue

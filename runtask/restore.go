@@ -1,0 +1,189 @@
+package runtask
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	pgit "github.com/conductor-dev/conductor/patch/git"
+)
+
+// maxKnownPaths bounds the paths ReleaseKnown puts back one by one; a run
+// that changed more is reset by git.
+const maxKnownPaths = 256
+
+// ReleaseKnown ends the lease like Release, for a caller that knows every
+// path of the worktree that can differ from the base: the worktree was
+// taken clean in this process, no command ran in it (so HEAD, the index,
+// refs and the stash are as taken), and paths lists what the file tools
+// wrote and what the extraction found changed. Those paths are put back in
+// process, without git: a tracked one gets its content and mode at the
+// base again, an untracked one is removed with the folders it leaves
+// empty. Nothing here is trusted: the next take verifies the worktree with
+// `git status` (ignored files included) and resets it with git when
+// anything is left. A path that cannot be put back this way (a gitlink, a
+// folder where a file was, a link on the way) falls back to Release.
+func (l *Lease) ReleaseKnown(ctx context.Context, paths []string) error {
+	if l.lock == nil {
+		return nil
+	}
+	if l.pool.MaxCount <= 0 || len(paths) > maxKnownPaths || l.headBranch() != "" {
+		return l.Release(ctx)
+	}
+	if err := l.checkHazards(); err != nil {
+		return l.discard(ctx)
+	}
+	if err := l.restoreDotGit(); err != nil {
+		return l.Release(ctx)
+	}
+	if err := l.restorePaths(ctx, paths); err != nil {
+		return l.Release(ctx)
+	}
+	return l.free(ctx)
+}
+
+// restorePaths puts each path back as the base has it.
+func (l *Lease) restorePaths(ctx context.Context, paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	index, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "index"))
+	if err != nil {
+		return err
+	}
+	if !pgit.IndexSeedable(index) {
+		return errors.New("the index is not plain")
+	}
+	tracked := map[string]uint32{}
+	dirs := map[string]bool{} // folders of tracked paths
+	err = pgit.IndexEntries(index, func(mode uint32, name string) {
+		tracked[name] = mode
+		for d := path.Dir(name); d != "." && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	})
+	if err != nil {
+		return err
+	}
+	root, err := os.OpenRoot(l.Meta.Worktree)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var objs *pgit.Objects
+	var baseTree string
+	defer func() {
+		if objs != nil {
+			objs.Close()
+		}
+	}()
+	for _, p := range paths {
+		if !restorable(p) {
+			return fmt.Errorf("path %q cannot be restored in process", p)
+		}
+		if err := plainParents(root, p); err != nil {
+			return err
+		}
+		mode, ok := tracked[p]
+		if !ok {
+			if err := root.RemoveAll(filepath.FromSlash(p)); err != nil {
+				return err
+			}
+			removeEmptyParents(root, p, dirs)
+			continue
+		}
+		if objs == nil {
+			objs = pgit.NewObjects(ctx, l.pool.Repo)
+			t, err := objs.Get(l.Meta.Base + "^{tree}")
+			if err != nil {
+				return err
+			}
+			if t.ID == "" {
+				return fmt.Errorf("base %s has no tree", l.Meta.Base)
+			}
+			baseTree = t.ID
+		}
+		if err := restoreTracked(root, objs, baseTree, p, mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restorable reports whether p is a clean relative path outside .git.
+func restorable(p string) bool {
+	if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == "." || strings.HasPrefix(p, "../") || p == ".." {
+		return false
+	}
+	first, _, _ := strings.Cut(p, "/")
+	return !strings.EqualFold(first, ".git")
+}
+
+// plainParents checks that everything on the way to p that exists is a
+// folder: a link or file a worker put there is put right by git, never
+// followed or replaced here.
+func plainParents(root *os.Root, p string) error {
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		fi, err := root.Lstat(filepath.FromSlash(d))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue
+		case err != nil:
+			return err
+		case !fi.IsDir():
+			return fmt.Errorf("%s is not a folder", d)
+		}
+	}
+	return nil
+}
+
+// removeEmptyParents removes the folders of an untracked path that the base
+// does not have, while they are empty.
+func removeEmptyParents(root *os.Root, p string, dirs map[string]bool) {
+	for d := path.Dir(p); d != "." && !dirs[d]; d = path.Dir(d) {
+		if root.Remove(filepath.FromSlash(d)) != nil {
+			return // not empty (or gone)
+		}
+	}
+}
+
+// restoreTracked writes a tracked path's content in the base tree with its
+// mode.
+func restoreTracked(root *os.Root, objs *pgit.Objects, tree, p string, mode uint32) error {
+	var perm os.FileMode
+	switch mode & 0o170000 {
+	case 0o100000:
+		perm = 0o644
+		if mode&0o111 != 0 {
+			perm = 0o755
+		}
+	case 0o120000:
+	default:
+		return fmt.Errorf("%s: mode %o is not restored in process", p, mode)
+	}
+	o, err := objs.Get(tree + ":" + p)
+	if err != nil {
+		return err
+	}
+	if o.ID == "" || o.Type != "blob" {
+		return fmt.Errorf("%s: not a blob at the base", p)
+	}
+	name := filepath.FromSlash(p)
+	if err := root.RemoveAll(name); err != nil {
+		return err
+	}
+	if d := path.Dir(p); d != "." {
+		if err := root.MkdirAll(filepath.FromSlash(d), 0o755); err != nil {
+			return err
+		}
+	}
+	if perm == 0 {
+		return root.Symlink(string(o.Content), name)
+	}
+	return root.WriteFile(name, o.Content, perm)
+}
