@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	pgit "github.com/conductor-dev/conductor/patch/git"
@@ -52,6 +53,7 @@ func (l *Lease) restorePaths(ctx context.Context, paths []string) error {
 	if len(paths) == 0 {
 		return nil
 	}
+	paths = slices.Compact(slices.Sorted(slices.Values(paths)))
 	index, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "index"))
 	if err != nil {
 		return err

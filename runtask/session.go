@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -164,36 +163,36 @@ type runner struct {
 	lim         limits
 	tools       []string
 
-	repo    patch.Git
-	pool    *Pool
-	lease   *Lease
-	root    *os.Root
-	tb      *toolbox
-	model   ModelClient
-	sessDir string
-	state   *sessionState
-	runDir  runrec.Dir
-	log     *runrec.Log
-	stderr  io.Writer
-	errFile *os.File
-	ev      *emitter
-	touched touchedSet
-	// knownChanges: the worktree was taken clean by this process and only
-	// file tools changed it, so touched and the extraction name every path
-	// that differs from the base (see Lease.ReleaseKnown).
-	knownChanges bool
-	hazards      []runrec.Hazard // what the worktree scans found, for the result
-	scratch      string
-	recorded     map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
-	result       runrec.Result
-	started      time.Time
-	stopText     string
-	pi           PiInstall // the pi install, for runtime pi
+	repo     patch.Git
+	pool     *Pool
+	lease    *Lease
+	root     *os.Root
+	tb       *toolbox
+	model    ModelClient
+	sessDir  string
+	state    *sessionState
+	runDir   runrec.Dir
+	log      *runrec.Log
+	stderr   io.Writer
+	errFile  *os.File
+	ev       *emitter
+	touched  touchedSet
+	hazards  []runrec.Hazard // what the worktree scans found, for the result
+	scratch  string
+	recorded map[string]transcriptLine // results of an interrupted turn's calls (loop start only)
+	result   runrec.Result
+	started  time.Time
+	stopText string
+	pi       PiInstall // the pi install, for runtime pi
 	// outside: the loop failed from an outside cause (model server, disk):
 	// the run is recorded resumable. reopen: Resume continues such a run.
 	outside, reopen bool
-	storeDown       bool           // the bus store failed: warned once, until it answers again
-	promptSources   []PromptSource // the files the system prompt came from
+	// knownChanges: the worktree was taken clean by this process and only
+	// file tools changed it, so touched and the extraction name every path
+	// that differs from the base (see Lease.ReleaseKnown).
+	knownChanges  bool
+	storeDown     bool           // the bus store failed: warned once, until it answers again
+	promptSources []PromptSource // the files the system prompt came from
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -887,14 +886,13 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 			if r.root != nil {
 				r.root.Close()
 			}
-			release := r.lease.Release
+			put := r.lease.Release
 			if r.knownChanges {
-				paths := slices.Concat(r.touchedPaths(), changed)
-				slices.Sort(paths)
-				paths = slices.Compact(paths)
-				release = func(ctx context.Context) error { return r.lease.ReleaseKnown(ctx, paths) }
+				put = func(ctx context.Context) error {
+					return r.lease.ReleaseKnown(ctx, append(r.touchedPaths(), changed...))
+				}
 			}
-			if err := release(ctx); err != nil {
+			if err := put(ctx); err != nil {
 				r.warnf("release worktree: %v", err)
 			}
 			st.Slot, st.Worktree = "", ""
