@@ -191,6 +191,9 @@ type runner struct {
 	// file tools changed it, so touched and the extraction name every path
 	// that differs from the base (see Lease.ReleaseKnown).
 	knownChanges  bool
+	// saving: a step's save still being made durable while the next model
+	// request is out (saveBehind); settle waits for it.
+	saving        chan error
 	storeDown     bool           // the bus store failed: warned once, until it answers again
 	promptSources []PromptSource // the files the system prompt came from
 }
@@ -751,19 +754,69 @@ func (r *runner) takeWorktree(ctx context.Context, mode runMode) error {
 	return r.save()
 }
 
+// save makes the session state durable now (after any save still in
+// flight).
 func (r *runner) save() error {
-	// The transcript lines the state stands on are durable before it is:
-	// after a crash the state never refers to a line the transcript lost.
-	if r.log != nil {
-		if err := r.log.Sync(); err != nil {
-			return fmt.Errorf("transcript: %w", err)
-		}
-	}
-	r.state.Files = r.touched.list()
-	if err := os.MkdirAll(r.sessDir, 0o755); err != nil {
+	write, err := r.stateWrite()
+	if err != nil {
 		return err
 	}
-	return r.state.save(r.sessDir)
+	return write()
+}
+
+// saveBehind starts the same save and returns at once: the next model
+// request goes out while the disk works. The loop settles it as soon as the
+// reply is back, before it acts on the reply; every later save settles it
+// first, so state versions reach the disk in order and never run ahead of
+// the transcript. A crash meanwhile is a crash before the save: the
+// transcript's lines give the results back (adoptRecordedResults) and the
+// request is sent again.
+func (r *runner) saveBehind() error {
+	write, err := r.stateWrite()
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- write() }()
+	r.saving = done
+	return nil
+}
+
+// settle waits for the save saveBehind started and returns its error.
+func (r *runner) settle() error {
+	if r.saving == nil {
+		return nil
+	}
+	err := <-r.saving
+	r.saving = nil
+	return err
+}
+
+// stateWrite settles the save in flight, snapshots the state and returns
+// the write that makes the snapshot durable. The transcript lines the state
+// stands on are made durable before it is: after a crash the state never
+// refers to a line the transcript lost.
+func (r *runner) stateWrite() (func() error, error) {
+	if err := r.settle(); err != nil {
+		return nil, err
+	}
+	r.state.Files = r.touched.list()
+	b, err := json.Marshal(r.state)
+	if err != nil {
+		return nil, err
+	}
+	log, dir := r.log, r.sessDir
+	return func() error {
+		if log != nil {
+			if err := log.Sync(); err != nil {
+				return fmt.Errorf("transcript: %w", err)
+			}
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return writeState(dir, b)
+	}, nil
 }
 
 func (r *runner) transcript(l transcriptLine) {
@@ -926,8 +979,18 @@ func (r *runner) touchedPaths() []string {
 }
 
 // loop is the tool loop. It returns the final status and a message.
-func (r *runner) loop(ctx context.Context) (string, string) {
+func (r *runner) loop(ctx context.Context) (status, msg string) {
 	st := r.state
+	defer func() { // a save still in flight when the loop stops
+		if err := r.settle(); err != nil {
+			r.outside = true // the disk
+			if status == runrec.StatusFailed {
+				r.warnf("session state: %v", err)
+				return
+			}
+			status, msg = runrec.StatusFailed, "session state: "+err.Error()
+		}
+	}()
 	deadline := r.started.Add(r.lim.Timeout)
 	lctx, cancel := context.WithDeadlineCause(ctx, deadline, errTimeout)
 	defer cancel()
@@ -974,6 +1037,12 @@ func (r *runner) loop(ctx context.Context) (string, string) {
 		}
 		r.fitContext()
 		reply, err := r.model.Complete(WithStreamProgress(lctx, r.streamProgress(st.Step+1)), ModelRequest{Messages: st.Messages, Tools: defs})
+		// The last step's save went to disk during the request: durable
+		// before anything acts on the reply.
+		if serr := r.settle(); serr != nil {
+			r.outside = true // the disk
+			return runrec.StatusFailed, "session state: " + serr.Error()
+		}
 		if s, m, ok := stopped(); ok {
 			return s, m // a reply after the limit is not used
 		}
@@ -1131,7 +1200,7 @@ func (r *runner) runPendingCalls(ctx context.Context) error {
 		key := name + "\x00" + canonicalArgs(args) + "\x00" + hashString(res.Content)
 		st.Repeats[key]++
 		st.addHistory(historyItem{Step: st.Step, Tool: name, Args: args, Result: res.Content, IsError: res.IsError})
-		if err := r.save(); err != nil {
+		if err := r.saveBehind(); err != nil {
 			return fmt.Errorf("session state: %w", err)
 		}
 		status := "ok"
