@@ -190,7 +190,7 @@ type runner struct {
 	// knownChanges: the worktree was taken clean by this process and only
 	// file tools changed it, so touched and the extraction name every path
 	// that differs from the base (see Lease.ReleaseKnown).
-	knownChanges  bool
+	knownChanges bool
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
 	saving        chan error
