@@ -13,8 +13,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	openai "github.com/sashabaranov/go-openai"
@@ -194,8 +197,11 @@ type runner struct {
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
 	saving        chan error
-	storeDown     bool           // the bus store failed: warned once, until it answers again
-	promptSources []PromptSource // the files the system prompt came from
+	first         *firstRequest                  // the round's first request, sent early (sendFirst)
+	openingMsgs   []openai.ChatCompletionMessage // what opening made
+	announced     atomic.Bool                    // the "start" event is out
+	storeDown     bool                           // the bus store failed: warned once, until it answers again
+	promptSources []PromptSource                 // the files the system prompt came from
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -317,8 +323,9 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 // record but before its session state's first save (issue 23.2): no state
 // of the session, no checkpoint in the store (none there, or no store),
 // its record still running at step 0 and an empty transcript. Such a run
-// did nothing yet (no model call, no tool step), so it starts over under
-// the same id from its recorded base commit (r.restartBase).
+// did nothing yet (no tool step; its first model request may have gone out
+// early, but no reply was used), so it starts over under the same id from
+// its recorded base commit (r.restartBase).
 func (r *runner) neverSaved(ctx context.Context, resumeID string, st *sessionState) bool {
 	if st != nil {
 		return false
@@ -423,6 +430,16 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		return runrec.Result{}, err
 	}
 	faultHook(faultStarted)
+	// A new round's opening needs no worktree: its first request goes out
+	// while the worktree is taken (sendFirst). A continued run checks its
+	// worktree for drift first.
+	if mode != modeContinue && r.task.Runtime != RuntimePi && !r.notesWaiting(ctx) {
+		msgs, err := r.opening(ctx, mode)
+		if err != nil {
+			return r.fail(ctx, err)
+		}
+		r.sendFirst(ctx, msgs)
+	}
 	closeWorktree, err := r.prepareWorktree(ctx, mode, secretEnv)
 	if err != nil {
 		return r.fail(ctx, err)
@@ -441,8 +458,73 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		return r.fail(ctx, err)
 	}
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
+	r.announced.Store(true)
 	status, msg := sess.Turn(ctx)
 	return r.finish(ctx, status, msg)
+}
+
+// firstRequest is a round's first model request, sent while the worktree
+// is taken.
+type firstRequest struct {
+	msgs   []openai.ChatCompletionMessage // as sent
+	done   chan struct{}
+	reply  ModelReply
+	err    error
+	cancel context.CancelFunc
+}
+
+// sendFirst sends the conversation's first request in the background,
+// under the run's wall-clock limit. The loop uses its reply only when the
+// request it would send is the same one (takeFirst); nothing acts on the
+// reply before the worktree is taken and the state saved.
+func (r *runner) sendFirst(ctx context.Context, msgs []openai.ChatCompletionMessage) {
+	fctx, cancel := context.WithDeadlineCause(ctx, r.started.Add(r.lim.Timeout), errTimeout)
+	f := &firstRequest{msgs: msgs, done: make(chan struct{}), cancel: cancel}
+	progress := r.streamProgress(1)
+	fctx = WithStreamProgress(fctx, func(p StreamProgress) {
+		if r.announced.Load() { // never a "stream" event before "start"
+			progress(p)
+		}
+	})
+	req := ModelRequest{Messages: f.msgs, Tools: toolDefs(r.tools)}
+	go func() {
+		defer close(f.done)
+		f.reply, f.err = r.model.Complete(fctx, req)
+	}()
+	r.first = f
+}
+
+// takeFirst returns the early request's reply when msgs is what it sent.
+// Otherwise (a note was delivered, the context trimmed) the early reply is
+// dropped and ok is false: the loop asks again.
+func (r *runner) takeFirst(msgs []openai.ChatCompletionMessage) (reply ModelReply, err error, ok bool) {
+	f := r.first
+	if f == nil {
+		return ModelReply{}, nil, false
+	}
+	if !reflect.DeepEqual(f.msgs, msgs) {
+		r.dropFirst()
+		return ModelReply{}, nil, false
+	}
+	<-f.done
+	f.cancel()
+	r.first = nil
+	return f.reply, f.err, true
+}
+
+// dropFirst cancels an early request the loop did not use and waits for
+// it; a reply that came anyway is counted (its tokens were spent).
+func (r *runner) dropFirst() {
+	f := r.first
+	if f == nil {
+		return
+	}
+	r.first = nil
+	f.cancel()
+	<-f.done
+	if f.err == nil {
+		r.countTokens(f.reply)
+	}
 }
 
 // startState sets up the session state for the mode: a new session (from
@@ -627,18 +709,19 @@ func (r *runner) openConversation(ctx context.Context, mode runMode) (drift stri
 	pi := t.Runtime == RuntimePi
 	switch {
 	case mode == modeNew && !pi:
-		sys, err := r.systemPrompt(ctx, st.BaseCommit)
+		msgs, err := r.opening(ctx, mode)
 		if err != nil {
 			return "", err
 		}
-		st.Messages = []openai.ChatCompletionMessage{
-			{Role: openai.ChatMessageRoleSystem, Content: sys},
-			{Role: openai.ChatMessageRoleUser, Content: t.Prompt},
-		}
-		r.transcript(transcriptLine{Type: lineSystem, Text: sys, Sources: r.promptSources})
+		st.Messages = msgs
+		r.transcript(transcriptLine{Type: lineSystem, Text: msgs[0].Content, Sources: r.promptSources})
 		r.transcript(transcriptLine{Type: lineUser, Text: t.Prompt})
 	case mode == modeFollowUp && !pi:
-		st.Messages = append(st.Messages, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
+		msgs, err := r.opening(ctx, mode)
+		if err != nil {
+			return "", err
+		}
+		st.Messages = msgs
 		r.transcript(transcriptLine{Type: lineUser, Text: r.opts.FollowUp})
 	case mode == modeContinue:
 		// A reply the transcript holds but the state does not yet (group
@@ -662,6 +745,45 @@ func (r *runner) openConversation(ctx context.Context, mode runMode) (drift stri
 		}
 	}
 	return "", nil
+}
+
+// notesWaiting reports whether the run has notes to deliver before its
+// first request (or the store cannot say): that request then waits for the
+// loop, which delivers them.
+func (r *runner) notesWaiting(ctx context.Context) bool {
+	if r.opts.Store == nil {
+		return false
+	}
+	notes, err := r.opts.Store.PendingNotes(ctx, r.state.RunID)
+	return err != nil || len(notes) > 0
+}
+
+// opening is the conversation a new round (modeNew, modeFollowUp) sends
+// first: the system prompt and the task for a new session, the session's
+// conversation and the follow-up for a refinement. Made once per run.
+func (r *runner) opening(ctx context.Context, mode runMode) ([]openai.ChatCompletionMessage, error) {
+	if r.openingMsgs != nil {
+		return slices.Clone(r.openingMsgs), nil
+	}
+	st := r.state
+	var msgs []openai.ChatCompletionMessage
+	switch mode {
+	case modeNew:
+		sys, err := r.systemPrompt(ctx, st.BaseCommit)
+		if err != nil {
+			return nil, err
+		}
+		msgs = []openai.ChatCompletionMessage{
+			{Role: openai.ChatMessageRoleSystem, Content: sys},
+			{Role: openai.ChatMessageRoleUser, Content: r.task.Prompt},
+		}
+	case modeFollowUp:
+		msgs = append(slices.Clone(st.Messages), openai.ChatCompletionMessage{Role: openai.ChatMessageRoleUser, Content: r.opts.FollowUp})
+	default:
+		return nil, fmt.Errorf("no opening for mode %d", mode)
+	}
+	r.openingMsgs = msgs
+	return slices.Clone(msgs), nil
 }
 
 // connectRegistry resolves alias in the registry and builds its client.
@@ -873,6 +995,7 @@ const FinishTimeout = 2 * time.Minute
 // keeps the worktree. Work is never lost: the worktree is torn down only
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
+	r.dropFirst() // an early request the run ended without
 	ctx = context.WithoutCancel(ctx)
 	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
 	defer cancel()
@@ -1022,7 +1145,9 @@ func (r *runner) loop(ctx context.Context) (status, msg string) {
 		if s, m, ok := stopped(); ok {
 			return s, m
 		}
-		r.deliverNotes(lctx)
+		if r.first == nil { // an early request went out with the notes there were
+			r.deliverNotes(lctx)
+		}
 		// Limits, before every model call.
 		if st.Step >= r.lim.MaxSteps {
 			return runrec.StatusBudget, fmt.Sprintf("step limit of %d reached", r.lim.MaxSteps)
@@ -1036,7 +1161,10 @@ func (r *runner) loop(ctx context.Context) (status, msg string) {
 			}
 		}
 		r.fitContext()
-		reply, err := r.model.Complete(WithStreamProgress(lctx, r.streamProgress(st.Step+1)), ModelRequest{Messages: st.Messages, Tools: defs})
+		reply, err, ok := r.takeFirst(st.Messages)
+		if !ok {
+			reply, err = r.model.Complete(WithStreamProgress(lctx, r.streamProgress(st.Step+1)), ModelRequest{Messages: st.Messages, Tools: defs})
+		}
 		// The last step's save went to disk during the request: durable
 		// before anything acts on the reply.
 		if serr := r.settle(); serr != nil {

@@ -1,0 +1,153 @@
+package runtask
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/conductor-dev/conductor/conductor/runrec"
+)
+
+// setFaultHook replaces faultHook for one test.
+func setFaultHook(t *testing.T, hook func(point string)) {
+	t.Helper()
+	orig := faultHook
+	t.Cleanup(func() { faultHook = orig })
+	faultHook = hook
+}
+
+// TestFirstRequestOverlapsTheTake: a new session's first model request
+// goes out while its worktree is taken (issue 23), and the run reads as
+// before: "start" is the first event, the transcript keeps its order, the
+// reply is acted on in the worktree it was taken for.
+func TestFirstRequestOverlapsTheTake(t *testing.T) {
+	f := newFixture(t)
+	requested := make(chan struct{})
+	var once sync.Once
+	var late bool
+	setFaultHook(t, func(point string) {
+		if point != faultAcquired {
+			return
+		}
+		select { // the worktree is taken: the request is already out
+		case <-requested:
+		case <-time.After(time.Minute):
+			late = true
+		}
+	})
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		func(ModelRequest) (ModelReply, error) {
+			once.Do(func() { close(requested) })
+			return callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}), nil
+		},
+		finalTurn("done"),
+	}}
+	opts := f.opts(testTask("early"), m)
+	var events strings.Builder
+	opts.Events, opts.JSON = &events, true
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late {
+		t.Error("the first request was not sent before the worktree was taken")
+	}
+	if res.Status != runrec.StatusSucceeded || res.Steps != 2 || strings.Join(res.FilesChanged, ",") != "one.txt" {
+		t.Fatalf("run: %s after %d steps, files %v: %s", res.Status, res.Steps, res.FilesChanged, res.Error)
+	}
+	if n := len(m.requests()); n != 2 {
+		t.Fatalf("the model was asked %d times, want 2", n)
+	}
+	if *res.TotalTokens != 110+105 {
+		t.Fatalf("tokens: %d", *res.TotalTokens)
+	}
+	lines := readTranscript(t, runrec.Dir(filepath.Join(f.data, "runs", res.RunID)))
+	if got := types(lines); got != "system,user,model,tool_call,tool_result,model,stop" {
+		t.Fatalf("transcript: %s", got)
+	}
+	var first Event
+	if err := json.Unmarshal([]byte(strings.SplitN(events.String(), "\n", 2)[0]), &first); err != nil || first.Event != "start" {
+		t.Fatalf("first event %+v (%v)", first, err)
+	}
+}
+
+// TestNoteBeforeStartIsInTheFirstRequest: a note left for a run before it
+// starts is delivered with its first request (the request then waits for
+// the loop): the model is asked once per step, never twice.
+func TestNoteBeforeStartIsInTheFirstRequest(t *testing.T) {
+	f := newFixture(t)
+	store := newMemStore()
+	o := f.opts(testTask("early-note"), &scriptModel{})
+	o.Store, o.RunID = store, "r-early-note-1"
+	if _, err := store.AddNote(context.Background(), busNote(o.RunID, "keep it short")); err != nil {
+		t.Fatal(err)
+	}
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){finalTurn("ok")}}
+	o.Model = m
+	res, err := Run(context.Background(), o)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("%v %+v", err, res)
+	}
+	reqs := m.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("the model was asked %d times, want 1", len(reqs))
+	}
+	if last := reqs[0].Messages[len(reqs[0].Messages)-1]; last.Content != notePrefix+"keep it short" {
+		t.Fatalf("the first request ends with %+v", last)
+	}
+}
+
+// TestFirstRequestDroppedWhenTheTakeFails: a run whose worktree cannot be
+// taken fails as before; the early request is cancelled and waited for
+// (no call outlives the run), and its reply is never acted on.
+func TestFirstRequestDroppedWhenTheTakeFails(t *testing.T) {
+	f := newFixture(t)
+	blocker := filepath.Join(t.TempDir(), "not-a-folder")
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg.WorktreeBase = blocker
+	blocking := &blockingModel{}
+	task := testTask("early-fail")
+	task.TimeoutSeconds = 3600 // the cancel is the run's, not its deadline
+	res, err := Run(context.Background(), f.opts(task, blocking))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != runrec.StatusFailed || !strings.Contains(res.Error, "worktree") {
+		t.Fatalf("run: %s: %s", res.Status, res.Error)
+	}
+	blocking.mu.Lock()
+	defer blocking.mu.Unlock()
+	if blocking.calls != 1 || !blocking.cancelled {
+		t.Fatalf("early request: %d calls, cancelled %v (want 1, cancelled)", blocking.calls, blocking.cancelled)
+	}
+}
+
+// blockingModel answers nothing until its request is cancelled (or a
+// minute passed: then with a reply the run must not act on).
+type blockingModel struct {
+	mu        sync.Mutex
+	calls     int
+	cancelled bool
+}
+
+func (b *blockingModel) Complete(ctx context.Context, req ModelRequest) (ModelReply, error) {
+	b.mu.Lock()
+	b.calls++
+	b.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		b.mu.Lock()
+		b.cancelled = true
+		b.mu.Unlock()
+		return ModelReply{}, ctx.Err()
+	case <-time.After(time.Minute):
+		return callReply(ToolWriteFile, map[string]any{"path": "late.txt", "content": "x"}), nil
+	}
+}
