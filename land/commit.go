@@ -120,7 +120,7 @@ func (l *lander) narrative(ctx context.Context, tip string, out *Outcome) string
 		who += " (task " + task + ", model " + model + ")"
 	}
 	s = append(s, fmt.Sprintf("Lands the candidate with patch-id %s from %s, reviewed as commit %s.", patch.Short(out.PatchID), who, patch.Short(l.approved.ID)))
-	if base, err := l.mergeBase(ctx, tip); err == nil && base != "" {
+	if base, err := l.narrativeBase(ctx, tip); err == nil && base != "" {
 		var moved []string
 		if base != tip {
 			moved, err = l.reviewedPathsMoved(ctx, base, tip, out.Files)
@@ -153,16 +153,18 @@ func (l *lander) narrative(ctx context.Context, tip string, out *Outcome) string
 }
 
 // reviewedPathsMoved lists the reviewed paths the target changed between
-// base and tip (at most a handful named; the count says the rest).
+// base and tip (at most a handful named; the count says the rest): the
+// paths whose entry — a file, link or gitlink with its mode and id; a
+// folder is no entry — differs between the two trees, which is what `git
+// diff-tree -r --no-renames base tip` lists among them. The trees are
+// read in process (TestNarrativeMatchesGit compares the answer with
+// diff-tree's); git answers when one cannot be read.
 func (l *lander) reviewedPathsMoved(ctx context.Context, base, tip string, reviewed []string) ([]string, error) {
-	out, err := l.g.Run(ctx, "diff-tree", "-r", "--name-only", "-z", "--no-renames", base, tip)
-	if err != nil {
-		return nil, err
-	}
-	touched := map[string]bool{}
-	for _, p := range strings.Split(string(out), "\x00") {
-		if p != "" {
-			touched[p] = true
+	touched, ok := l.pathsChanged(base, tip, reviewed)
+	if !ok {
+		var err error
+		if touched, err = l.pathsChangedByGit(ctx, base, tip); err != nil {
+			return nil, err
 		}
 	}
 	var moved []string
@@ -175,6 +177,104 @@ func (l *lander) reviewedPathsMoved(ctx context.Context, base, tip string, revie
 		moved = append(moved[:5], fmt.Sprintf("and %d more", len(moved)-5))
 	}
 	return moved, nil
+}
+
+// pathsChanged says which of paths have another entry (or none) in tip's
+// tree than in base's, reading the trees in process; false when a tree
+// cannot be read or a path is not one a tree can hold.
+func (l *lander) pathsChanged(base, tip string, paths []string) (map[string]bool, bool) {
+	objs, err := l.lookup(base+"^{tree}", tip+"^{tree}")
+	if err != nil || objs[0].ID == "" || objs[1].ID == "" {
+		return nil, false
+	}
+	touched := map[string]bool{}
+	if objs[0].ID == objs[1].ID {
+		return touched, true
+	}
+	atBase, atTip := l.leafAt(objs[0].ID), l.leafAt(objs[1].ID)
+	for _, p := range paths {
+		b, okb := atBase(p)
+		t, okt := atTip(p)
+		if !okb || !okt {
+			return nil, false
+		}
+		touched[p] = b != t
+	}
+	return touched, true
+}
+
+// leafAt returns the lookup of a path's entry in the tree root: its mode
+// and id, zero when the path is absent or a folder there (as `diff-tree
+// -r` sees it); false when a tree on the way cannot be read or the path
+// has an empty, "." or ".." part. Each folder is read once.
+func (l *lander) leafAt(root string) func(string) (git.TreeEntry, bool) {
+	dirs := map[string][]git.TreeEntry{}
+	var entries func(dir string) ([]git.TreeEntry, bool)
+	entries = func(dir string) ([]git.TreeEntry, bool) {
+		if es, ok := dirs[dir]; ok {
+			return es, true
+		}
+		id := root
+		if dir != "" {
+			parent, name := "", dir
+			if i := strings.LastIndexByte(dir, '/'); i >= 0 {
+				parent, name = dir[:i], dir[i+1:]
+			}
+			pes, ok := entries(parent)
+			if !ok {
+				return nil, false
+			}
+			id = ""
+			for _, e := range pes {
+				if e.Name == name && e.Mode == git.ModeTree {
+					id = e.Hash.String()
+				}
+			}
+		}
+		var es []git.TreeEntry
+		if id != "" {
+			var ok bool
+			if es, ok = l.treeEntries(id); !ok {
+				return nil, false
+			}
+		}
+		dirs[dir] = es
+		return es, true
+	}
+	return func(p string) (git.TreeEntry, bool) {
+		if slices.ContainsFunc(strings.Split(p, "/"), func(c string) bool { return c == "" || c == "." || c == ".." }) {
+			return git.TreeEntry{}, false
+		}
+		dir, name := "", p
+		if i := strings.LastIndexByte(p, '/'); i >= 0 {
+			dir, name = p[:i], p[i+1:]
+		}
+		es, ok := entries(dir)
+		if !ok {
+			return git.TreeEntry{}, false
+		}
+		for _, e := range es {
+			if e.Name == name && e.Mode != git.ModeTree {
+				return git.TreeEntry{Mode: e.Mode, Hash: e.Hash}, true
+			}
+		}
+		return git.TreeEntry{}, true
+	}
+}
+
+// pathsChangedByGit is pathsChanged asked of `git diff-tree`.
+func (l *lander) pathsChangedByGit(ctx context.Context, base, tip string) (map[string]bool, error) {
+	out, err := l.g.Run(ctx, "diff-tree", "-r", "--name-only", "-z", "--no-renames", base, tip)
+	if err != nil {
+		return nil, err
+	}
+	touched := map[string]bool{}
+	for _, p := range strings.Split(string(out), "\x00") {
+		if p != "" {
+			touched[p] = true
+		}
+	}
+	return touched, nil
 }
 
 // wrap breaks s into lines of at most width columns at spaces.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path/filepath"
 	"sync"
 
 	"github.com/conductor-dev/conductor/patch"
@@ -85,8 +86,9 @@ func (l *lander) at(tip, approved string) *speculation {
 }
 
 // mergeBase returns the merge base of tip and the approved commit; ""
-// when they share no history. (Only the search for a killed landing needs
-// it: the policy diff finds the base itself.)
+// when they share no history. (The search for a killed landing needs it,
+// and the message when narrativeBase cannot tell: the policy diff finds
+// the base itself.)
 func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
 	l.baseMu.Lock()
 	defer l.baseMu.Unlock()
@@ -108,6 +110,42 @@ func (l *lander) mergeBase(ctx context.Context, tip string) (string, error) {
 	return base, nil
 }
 
+// maxBaseWalk bounds the target's first-parent history narrativeBase
+// reads in process looking for the work's base.
+const maxBaseWalk = 64
+
+// narrativeBase is mergeBase for the landed commit's message, read in
+// process in the usual case: when the approved commit has one parent P
+// and P is tip or on tip's first-parent history (within maxBaseWalk
+// commits), P is the merge base. Every common ancestor of tip and the
+// approved commit is then an ancestor of P (or P), except the approved
+// commit itself, which cannot be an ancestor of tip here: the message is
+// written only for a squash whose patch-id matched a reviewed, non-empty
+// one, and the squash onto a tip that already contains the approved
+// commit is the tip's own tree (an empty diff). Otherwise git answers
+// (mergeBase). TestNarrativeMatchesGit compares both.
+func (l *lander) narrativeBase(ctx context.Context, tip string) (string, error) {
+	if len(l.approved.Parents) == 1 {
+		p := l.approved.Parents[0]
+		at := tip
+		for range maxBaseWalk {
+			if at == p {
+				return p, nil
+			}
+			o, err := l.cat.Get(at + "^{commit}")
+			if err != nil || o.ID == "" {
+				break
+			}
+			c, err := git.ParseCommit(o.ID, o.Content)
+			if err != nil || len(c.Parents) == 0 {
+				break
+			}
+			at = c.Parents[0]
+		}
+	}
+	return l.mergeBase(ctx, tip)
+}
+
 // differ makes the landing's neutral git dir for canonical diffs in the
 // background; differ waits for it.
 type differ struct {
@@ -121,7 +159,13 @@ func (l *lander) startDiffer() {
 	l.diff = &differ{ready: make(chan struct{})}
 	go func() {
 		defer close(l.diff.ready)
-		l.diff.d, l.diff.err = patch.NewTreeDiffer(l.g)
+		if l.o == nil || l.o.DataRoot == "" {
+			l.diff.d, l.diff.err = patch.NewTreeDiffer(l.g)
+			return
+		}
+		// Kept across landings: making and removing a git dir of its own
+		// took one to several milliseconds of file creations per landing.
+		l.diff.d, l.diff.err = patch.NewTreeDifferAt(l.g, filepath.Join(l.o.DataRoot, "land", "neutral-git"))
 	}()
 }
 

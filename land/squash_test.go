@@ -146,22 +146,13 @@ func fastImport(t *testing.T, f *fixture, cases []squashCase) [][2]string {
 	return out
 }
 
-// TestSquashMatchesMergeTree: on a random corpus of several hundred cases
-// (files added, deleted, edited, renamed, changed mode, turned into
-// folders, on both sides, so some conflict), the landing's squash is
-// `git merge-tree --write-tree`'s tree — its in-process shortcut (a
-// target that did not move) included — or, where merge-tree conflicts, a
-// conflict refusal; and its patch-id is always the one the canonical diff
-// from the tip to that tree has.
-func TestSquashMatchesMergeTree(t *testing.T) {
-	ctx := context.Background()
-	f := newFixture(t)
+// squashCorpus generates n cases (the seed is fixed) and imports them into
+// f's repository; it returns them with each case's tip and work commits.
+// Every case's base is a root commit of its own.
+func squashCorpus(t *testing.T, f *fixture, n int) ([]squashCase, [][2]string) {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(17, 2026))
-	n := 400
-	if testing.Short() {
-		n = 80
-	}
-	paths := []string{"a.txt", "b.go", "run.sh", "docs/guide.md", "docs/deep/x.md", "lib/calc.go", "lib/sub/y.go", "new/z.txt", "l"}
+	paths := corpusPaths
 	cases := make([]squashCase, n)
 	for i := range cases {
 		base := map[string]string{}
@@ -180,7 +171,27 @@ func TestSquashMatchesMergeTree(t *testing.T) {
 		c.work = corpusEdit(rng, from, paths, fmt.Sprintf("work%d", i))
 		cases[i] = c
 	}
-	ids := fastImport(t, f, cases)
+	return cases, fastImport(t, f, cases)
+}
+
+// corpusPaths are the paths the corpus's trees are made of.
+var corpusPaths = []string{"a.txt", "b.go", "run.sh", "docs/guide.md", "docs/deep/x.md", "lib/calc.go", "lib/sub/y.go", "new/z.txt", "l"}
+
+// TestSquashMatchesMergeTree: on a random corpus of several hundred cases
+// (files added, deleted, edited, renamed, changed mode, turned into
+// folders, on both sides, so some conflict), the landing's squash is
+// `git merge-tree --write-tree`'s tree — its in-process shortcut (a
+// target that did not move) included — or, where merge-tree conflicts, a
+// conflict refusal; and its patch-id is always the one the canonical diff
+// from the tip to that tree has.
+func TestSquashMatchesMergeTree(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	n := 400
+	if testing.Short() {
+		n = 80
+	}
+	cases, ids := squashCorpus(t, f, n)
 
 	l := &lander{g: f.g, bg: ctx, cat: git.NewObjects(ctx, f.g)}
 	defer l.cat.Close()
@@ -233,5 +244,84 @@ func TestSquashMatchesMergeTree(t *testing.T) {
 	t.Logf("%d cases: %d clean (%d quiet), %d conflicts", n, clean, quiet, conflicts)
 	if quiet < n/10 || conflicts < n/20 || clean-quiet < n/10 {
 		t.Fatalf("the corpus does not cover every path: %d clean (%d quiet), %d conflicts", clean, quiet, conflicts)
+	}
+}
+
+// TestNarrativeMatchesGit: what the landed commit's message reads in
+// process is what git says, on the squash corpus: the work's base
+// (narrativeBase against `git merge-base`, also for pairs from unrelated
+// histories, where git answers) and which paths the target changed since
+// (pathsChanged against `git diff-tree -r --no-renames`, for every path of
+// the three trees, their folders and paths in none of them).
+func TestNarrativeMatchesGit(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	n := 200
+	if testing.Short() {
+		n = 40
+	}
+	cases, ids := squashCorpus(t, f, n)
+	gitOut := func(args ...string) string {
+		cmd := exec.Command("git", append([]string{"--git-dir=" + f.gitdir}, args...)...)
+		cmd.Env = gitEnv(f.home)
+		out, _ := cmd.Output() // merge-base exits 1 for no base
+		return strings.TrimSpace(string(out))
+	}
+	l := &lander{g: f.g, bg: ctx, cat: git.NewObjects(ctx, f.g)}
+	defer l.cat.Close()
+	inProcess := 0
+	for i, c := range cases {
+		tip, work := ids[i][0], ids[i][1]
+		pairs := [][2]string{{tip, work}}
+		if i > 0 {
+			pairs = append(pairs, [2]string{ids[i-1][0], work}) // no shared history
+		}
+		for _, pr := range pairs {
+			var err error
+			if l.approved, err = readCommit(ctx, f.g, pr[1]); err != nil {
+				t.Fatal(err)
+			}
+			l.bases = nil
+			got, err := l.narrativeBase(ctx, pr[0])
+			if err != nil {
+				t.Fatalf("case %d: %v", i, err)
+			}
+			if want := gitOut("merge-base", pr[0], pr[1]); got != want {
+				t.Fatalf("case %d: base of %s and %s: %q in process, git merge-base says %q", i, pr[0], pr[1], got, want)
+			}
+			if l.bases == nil {
+				inProcess++
+			}
+		}
+		base := gitOut("rev-parse", tip+"^")
+		if c.quiet || base == "" {
+			continue
+		}
+		var paths []string
+		for _, m := range []map[string]string{c.base, c.tip, c.work} {
+			for p := range m {
+				paths = append(paths, p, p+"/inner.txt", p+"x")
+				for dir := filepath.Dir(p); dir != "."; dir = filepath.Dir(dir) {
+					paths = append(paths, dir)
+				}
+			}
+		}
+		paths = append(paths, corpusPaths...)
+		got, ok := l.pathsChanged(base, tip, paths)
+		if !ok {
+			t.Fatalf("case %d: pathsChanged could not read the trees", i)
+		}
+		want, err := l.pathsChangedByGit(ctx, base, tip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range paths {
+			if got[p] != want[p] {
+				t.Fatalf("case %d: %s changed %v in process, %v by diff-tree", i, p, got[p], want[p])
+			}
+		}
+	}
+	if inProcess != n {
+		t.Fatalf("%d pairs found their base in process, want the %d related ones", inProcess, n)
 	}
 }

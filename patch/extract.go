@@ -246,7 +246,20 @@ func NewTreeDiffer(repo Git) (*TreeDiffer, error) {
 	return &TreeDiffer{repo: repo, n: n}, nil
 }
 
-// Close removes the neutral git dir.
+// NewTreeDifferAt is NewTreeDiffer through the kept neutral git dir at
+// dir (made there on first use, checked on every one, never removed: see
+// keptNeutralRepo), for a caller that diffs on every run and would
+// otherwise make and remove a git dir each time (land). When dir cannot
+// serve, it makes a throw-away one as NewTreeDiffer does.
+func NewTreeDifferAt(repo Git, dir string) (*TreeDiffer, error) {
+	n, err := keptNeutralRepo(repo, dir)
+	if err != nil {
+		return NewTreeDiffer(repo)
+	}
+	return &TreeDiffer{repo: repo, n: n}, nil
+}
+
+// Close removes the neutral git dir (a kept one stays).
 func (d *TreeDiffer) Close() { d.n.close() }
 
 // Diff is DiffTrees through d.

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -551,6 +554,87 @@ func TestDiffFromMergeBase(t *testing.T) {
 	}
 	if _, err := d.DiffFromMergeBase(ctx, "main", b, &out); err == nil {
 		t.Fatal("a ref name was accepted")
+	}
+}
+
+// TestTreeDifferKept: diffs through a kept neutral git dir are the diffs
+// of a throw-away one, byte for byte; the kept dir stays after Close, is
+// made once by concurrent first users, and is replaced when it does not
+// hold exactly its files (an extra file git would read, changed bytes, a
+// link, a ref).
+func TestTreeDifferKept(t *testing.T) {
+	requireGit(t)
+	ctx := context.Background()
+	repo := newRepo(t)
+	g := Git{GitDir: filepath.Join(repo, ".git")}
+	kept := filepath.Join(t.TempDir(), "data", "neutral-git")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := NewTreeDifferAt(g, kept)
+			if err != nil || d.n.dir != "" {
+				t.Errorf("concurrent first use: %v (own dir %q)", err, d.n.dir)
+				return
+			}
+			d.Close()
+		}()
+	}
+	wg.Wait()
+	tampers := map[string]func(){
+		"none":       func() {},
+		"commondir":  func() { os.WriteFile(filepath.Join(kept, "commondir"), []byte(repo+"/.git\n"), 0o600) },
+		"attributes": func() { os.WriteFile(filepath.Join(kept, "info", "attributes"), []byte("* diff=x\n"), 0o600) },
+		"config link": func() {
+			os.Remove(filepath.Join(kept, "config"))
+			os.Symlink(filepath.Join(repo, ".git", "config"), filepath.Join(kept, "config"))
+		},
+		"a ref":        func() { os.WriteFile(filepath.Join(kept, "refs", "x"), nil, 0o600) },
+		"info/exclude": func() { os.WriteFile(filepath.Join(kept, "info", "exclude"), nil, 0o600) },
+		"not a folder": func() { os.RemoveAll(kept); os.WriteFile(kept, nil, 0o600) },
+		"missing HEAD": func() { os.Remove(filepath.Join(kept, "HEAD")) },
+	}
+	for seed := int64(1); seed <= int64(len(tampers)); seed++ {
+		gen := newGen(seed)
+		gen.mutate(30)
+		from := fastImportTree(t, repo, gen, "refs/t/from")
+		gen.mutate(10)
+		to := fastImportTree(t, repo, gen, "refs/t/to")
+		name := slices.Sorted(maps.Keys(tampers))[seed-1]
+		tampers[name]()
+		d, err := NewTreeDifferAt(g, kept)
+		if err != nil || d.n.dir != "" {
+			t.Fatalf("%s: %v (own dir %q)", name, err, d.n.dir)
+		}
+		var got, want bytes.Buffer
+		id, err := d.Diff(ctx, from, to, &got)
+		d.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantID, err := DiffTrees(ctx, g, from, to, &want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id != wantID || !bytes.Equal(got.Bytes(), want.Bytes()) || want.Len() == 0 {
+			t.Fatalf("%s: kept dir's diff %s (%d bytes), a throw-away one's %s (%d bytes)", name, id, got.Len(), wantID, want.Len())
+		}
+		found := map[string]string{}
+		filepath.WalkDir(kept, func(path string, e fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(kept, path)
+			b, _ := os.ReadFile(path)
+			found[rel] = fmt.Sprintf("%v %q", e.Type(), b)
+			return err
+		})
+		dir := fmt.Sprintf("%v %q", fs.ModeDir, "")
+		wantFiles := map[string]string{".": dir, "refs": dir, "info": dir}
+		for p, c := range keptNeutralFiles {
+			wantFiles[filepath.FromSlash(p)] = fmt.Sprintf("%v %q", fs.FileMode(0), c)
+		}
+		if !maps.Equal(found, wantFiles) {
+			t.Fatalf("%s: the kept dir holds %v after use, want %v", name, found, wantFiles)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package patch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,13 +69,8 @@ func newNeutralRepo(repo Git, workTree string) (*neutralRepo, error) {
 		return nil, err
 	}
 	n := &neutralRepo{dir: dir, lock: lock}
-	config := "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogAllRefUpdates = false\n"
-	files := map[string]string{
-		"HEAD":            "ref: refs/heads/conductor-neutral\n",
-		"config":          config,
-		"info/attributes": neutralAttributes,
-		"info/exclude":    "",
-	}
+	files := map[string]string{"info/exclude": ""}
+	maps.Copy(files, keptNeutralFiles) // HEAD, config, attributes
 	// The operator's own exclude file still decides what is ignored.
 	if b, err := os.ReadFile(filepath.Join(common, "info", "exclude")); err == nil {
 		files["info/exclude"] = string(b)
@@ -91,14 +87,120 @@ func newNeutralRepo(repo Git, workTree string) (*neutralRepo, error) {
 			return nil, err
 		}
 	}
+	n.Git = neutralGit(repo, objects, dir, workTree)
+	return n, nil
+}
+
+// neutralGit runs git in the neutral git dir dir on repo's object store.
+func neutralGit(repo Git, objects, dir, workTree string) Git {
 	env := dropEnv(append([]string(nil), repo.Env...),
 		"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_CEILING_DIRECTORIES")
 	env = append(env,
 		"GIT_OBJECT_DIRECTORY="+objects,
 		"GIT_INDEX_FILE="+filepath.Join(dir, "index"),
 	)
-	n.Git = Git{GitDir: dir, WorkTree: workTree, Env: env, Config: append([]string(nil), neutralConfig...)}
-	return n, nil
+	return Git{GitDir: dir, WorkTree: workTree, Env: env, Config: append([]string(nil), neutralConfig...)}
+}
+
+// A kept neutral git dir serves tree diffs (no work tree: git reads no
+// index, exclude file or worktree attributes, and writes nothing there)
+// for any repository, whose object store each git is given by
+// GIT_OBJECT_DIRECTORY. It holds only what git needs to take it for a git
+// dir, and the attributes that pin a diff's bytes. It is made once under
+// the caller's data root, checked before every use (exactly these files,
+// these bytes, nothing else: a commondir or a config.worktree would bring
+// configuration that is not ours) and replaced when it does not check
+// out; several processes may diff through it at once, and it is never
+// removed by its users. keptNeutralFiles are its files, which every
+// neutral git dir has (a throw-away one adds info/exclude).
+var keptNeutralFiles = map[string]string{
+	"HEAD":            "ref: refs/heads/conductor-neutral\n",
+	"config":          "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tlogAllRefUpdates = false\n",
+	"info/attributes": neutralAttributes,
+}
+
+// keptNeutralRepo returns the kept neutral git dir at dir for repo's tree
+// diffs, making or replacing it first when it does not check out. Its
+// close leaves it in place.
+func keptNeutralRepo(repo Git, dir string) (*neutralRepo, error) {
+	objects := filepath.Join(repo.CommonDir(), "objects")
+	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
+	}
+	if !keptNeutralOK(dir) {
+		if err := makeKeptNeutral(dir); err != nil {
+			return nil, fmt.Errorf("neutral git dir %s: %w", dir, err)
+		}
+	}
+	return &neutralRepo{Git: neutralGit(repo, objects, dir, "")}, nil
+}
+
+// keptNeutralOK checks dir holds exactly keptNeutralFiles (regular files,
+// those bytes) and an empty refs folder.
+func keptNeutralOK(dir string) bool {
+	want := map[string][]string{"": {"HEAD", "config", "info", "refs"}, "info": {"attributes"}, "refs": nil}
+	for sub, names := range want {
+		ents, err := os.ReadDir(filepath.Join(dir, sub))
+		if err != nil || len(ents) != len(names) {
+			return false
+		}
+		for i, e := range ents { // sorted by name
+			path := strings.TrimPrefix(sub+"/"+e.Name(), "/")
+			if e.Name() != names[i] {
+				return false
+			}
+			content, isFile := keptNeutralFiles[path]
+			if isFile != e.Type().IsRegular() || (!isFile && !e.IsDir()) {
+				return false
+			}
+			if isFile {
+				b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(path)))
+				if err != nil || string(b) != content {
+					return false
+				}
+			}
+		}
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return false
+	}
+	return true
+}
+
+// makeKeptNeutral writes a kept neutral git dir beside dir and renames it
+// into place, replacing one that does not check out; another process
+// making it at the same time is fine (both make the same bytes).
+func makeKeptNeutral(dir string) error {
+	parent := filepath.Dir(dir)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+"-new-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	for _, sub := range []string{"refs", "info"} {
+		if err := os.Mkdir(filepath.Join(tmp, sub), 0o700); err != nil {
+			return err
+		}
+	}
+	for name, content := range keptNeutralFiles {
+		if err := os.WriteFile(filepath.Join(tmp, filepath.FromSlash(name)), []byte(content), 0o600); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err == nil || keptNeutralOK(dir) {
+		return nil
+	}
+	// What is there does not check out (damaged, or not ours): replace it.
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil && !keptNeutralOK(dir) {
+		return err
+	}
+	return nil
 }
 
 // dropEnv removes the named variables from env.
@@ -117,7 +219,7 @@ next:
 }
 
 func (n *neutralRepo) close() {
-	if n != nil && n.dir != "" {
+	if n != nil && n.dir != "" { // a kept one has no dir of its own
 		os.RemoveAll(n.dir)
 		if n.lock != nil {
 			filelock.Unlock(n.lock)
