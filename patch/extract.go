@@ -53,6 +53,9 @@ type ExtractOptions struct {
 	// it a worktree holding one is refused and left as it is (it may be
 	// the operator's own, with initialised submodules).
 	RemoveHazards bool
+	// NoTree skips writing the worktree's tree (Extracted.Tree is empty):
+	// for a caller that keeps only the diff, one git process fewer.
+	NoTree bool
 }
 
 // Extracted describes an extracted diff.
@@ -61,8 +64,8 @@ type Extracted struct {
 	PatchID string `json:"patchId"`
 	// Files lists the paths the diff touches, in git's path order.
 	Files []string `json:"files"`
-	// Tree is the id of the tree holding the worktree's whole content (it is
-	// written into the repository's object store: review and land reuse it).
+	// Tree is the id of the tree holding the worktree's whole content,
+	// written into the repository's object store (empty with NoTree).
 	Tree string `json:"tree"`
 	// BaseTree is the tree of Base.
 	BaseTree string `json:"baseTree"`
@@ -164,10 +167,14 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		err  error
 	}
 	wrote := make(chan written, 1)
-	go func() {
-		tree, err := n.Line(ctx, "write-tree")
-		wrote <- written{tree, err}
-	}()
+	if opts.NoTree {
+		wrote <- written{}
+	} else {
+		go func() {
+			tree, err := n.Line(ctx, "write-tree")
+			wrote <- written{tree, err}
+		}()
+	}
 	bare := Git{GitDir: n.GitDir, Env: n.Env, Config: n.Config}
 	id, files, size, err := canonicalDiff(ctx, bare, []string{"diff-index", "--cached", "--raw"}, []string{ex.BaseTree}, opts.Out, true)
 	w := <-wrote

@@ -145,6 +145,15 @@ func TestExtractRoundTrip(t *testing.T) {
 			if id != ex.PatchID || !bytes.Equal(again.Bytes(), diff.Bytes()) {
 				t.Errorf("DiffTrees differs from Extract")
 			}
+			// NoTree (a run's extraction): the same diff, no tree written.
+			var lean bytes.Buffer
+			lex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, Out: &lean, NoTree: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if lex.Tree != "" || lex.PatchID != ex.PatchID || !bytes.Equal(lean.Bytes(), diff.Bytes()) || strings.Join(lex.Files, "\n") != strings.Join(ex.Files, "\n") {
+				t.Errorf("NoTree: tree %q, patch-id %s (want %s), same diff %v", lex.Tree, lex.PatchID, ex.PatchID, bytes.Equal(lean.Bytes(), diff.Bytes()))
+			}
 			// ApplyToBase (no checkout: what review makes the work
 			// commit with) gives the worktree's tree.
 			applied, err := ApplyToBase(ctx, Git{GitDir: filepath.Join(repo, ".git")}, base, diff.Bytes())

@@ -70,7 +70,7 @@ func ResolveBase(ctx context.Context, repo patch.Git, base string) (string, erro
 // extraction path shared with `conductor extract`.
 func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out string) (ex patch.Extracted, err error) {
 	err = runrec.WriteAtomic(out, 0o644, func(w io.Writer) error {
-		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: w, RemoveHazards: true})
+		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: w, RemoveHazards: true, NoTree: true})
 		return err
 	})
 	return ex, err
