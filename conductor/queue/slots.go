@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
@@ -39,6 +42,10 @@ type SlotStore interface {
 // implements SlotStore too).
 type SlotUse = bus.SlotUse
 
+// reclaimEvery is how often a waiting Acquire looks for slots held by
+// processes of this machine that are gone.
+const reclaimEvery = 2 * time.Second
+
 // DefaultSlotTTL is a model slot's lease: renewed every third of it while
 // the request runs, so only a holder that died (or lost the store for that
 // long) loses it.
@@ -62,13 +69,71 @@ type ModelSlots struct {
 	down bool // an outage is being waited out (logged once)
 }
 
-// NewHolder names one acquisition: host:pid:n:random, so that an operator
-// can tell which process holds a slot.
+// NewHolder names one acquisition: host:pid:n:random:boot, so that an
+// operator can tell which process holds a slot, and a process on the same
+// machine can tell that the holder is gone (reclaimDead). boot is the
+// machine's current boot id (empty where the kernel does not say).
 func (m *ModelSlots) newHolder() string {
 	host, _ := os.Hostname()
 	var b [4]byte
 	crand.Read(b[:])
-	return fmt.Sprintf("%s:%d:%d:%s", host, os.Getpid(), m.seq.Add(1), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("%s:%d:%d:%s:%s", host, os.Getpid(), m.seq.Add(1), hex.EncodeToString(b[:]), bootID())
+}
+
+// bootID is a short form of the kernel's id of this boot of this machine:
+// a pid means the same process only under the same boot id.
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	id := strings.ReplaceAll(strings.TrimSpace(string(b)), "-", "")
+	if len(id) < 16 {
+		return ""
+	}
+	return id[:16]
+})
+
+// deadHolder reports whether holder was named by a process of this boot
+// of this machine that no longer exists. A holder from another machine or
+// boot, one without a boot id, or one whose pid is alive (perhaps reused
+// by another process) is not: its lease frees it.
+func deadHolder(holder string) bool {
+	f := strings.Split(holder, ":")
+	if len(f) != 5 || f[4] == "" || f[4] != bootID() {
+		return false
+	}
+	if host, _ := os.Hostname(); f[0] != host {
+		return false
+	}
+	pid, err := strconv.Atoi(f[1])
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// reclaimDead frees alias's slots whose holders died on this machine (a
+// killed conductor's request): a resumed run need not wait out their
+// leases. It reports whether it freed any.
+func (m *ModelSlots) reclaimDead(ctx context.Context, alias string) bool {
+	uses, err := m.Store.SlotsInUse(ctx)
+	if err != nil {
+		return false
+	}
+	freed := false
+	for _, u := range uses {
+		if u.Name != alias {
+			continue
+		}
+		for _, h := range u.Holders {
+			if deadHolder(h) && m.Store.ReleaseSlot(ctx, alias, h) == nil {
+				m.log().Info("freed the model slot of a process that is gone", "alias", alias, "holder", h)
+				freed = true
+			}
+		}
+	}
+	return freed
 }
 
 func (m *ModelSlots) ttl() time.Duration {
@@ -116,6 +181,7 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 	}
 	bo := Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
 	wait := 10 * time.Millisecond
+	var nextReclaim time.Time // every slot held: look for dead holders now and then
 	for {
 		got, err := m.Store.TryAcquireSlot(ctx, alias, holder, max, ttl)
 		if ctx.Err() != nil {
@@ -129,6 +195,12 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 			d = bo.Next()
 		case got:
 			return m.hold(ctx, alias, holder, ttl), nil
+		case time.Now().After(nextReclaim):
+			nextReclaim = time.Now().Add(reclaimEvery)
+			if m.reclaimDead(ctx, alias) {
+				continue
+			}
+			fallthrough
 		default:
 			bo.Reset()
 			d = time.Duration(rand.Int64N(int64(wait))) + wait/2

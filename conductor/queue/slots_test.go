@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -174,4 +176,103 @@ func TestRedisSlots(t *testing.T) {
 	}
 	try("d", time.Minute, true)
 	try("e", time.Minute, false)
+}
+
+// mapSlots is a semaphore whose leases never expire: only a release frees
+// a slot.
+type mapSlots struct {
+	mu      sync.Mutex
+	holders map[string]bool
+}
+
+func (m *mapSlots) TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.holders[holder] {
+		return true, nil
+	}
+	if len(m.holders) >= max {
+		return false, nil
+	}
+	m.holders[holder] = true
+	return true, nil
+}
+
+func (m *mapSlots) RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.holders[holder], nil
+}
+
+func (m *mapSlots) ReleaseSlot(ctx context.Context, name, holder string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.holders, holder)
+	return nil
+}
+
+func (m *mapSlots) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u := SlotUse{Name: "m", Max: 1, InUse: len(m.holders)}
+	for h := range m.holders {
+		u.Holders = append(u.Holders, h)
+	}
+	return []SlotUse{u}, nil
+}
+
+// TestModelSlotsReclaimDeadHolders: a slot held by a process of this
+// machine that is gone (a killed conductor) is freed for the next request
+// at once, not after its lease; a slot whose holder may still live (its
+// pid exists, another machine or boot, an old holder name) is waited for.
+func TestModelSlotsReclaimDeadHolders(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("the kernel gives no boot id here")
+	}
+	host, _ := os.Hostname()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := fmt.Sprintf("%s:%d:1:abcd0123:%s", host, gone.Process.Pid, bootID())
+	for _, tc := range []struct {
+		name, holder string
+		freed        bool
+	}{
+		{"dead process", dead, true},
+		{"live process", fmt.Sprintf("%s:%d:1:abcd0123:%s", host, os.Getppid(), bootID()), false},
+		{"another machine", fmt.Sprintf("%s-other:%d:1:abcd0123:%s", host, gone.Process.Pid, bootID()), false},
+		{"another boot", fmt.Sprintf("%s:%d:1:abcd0123:%s", host, gone.Process.Pid, "0000000000000000"), false},
+		{"old holder name", fmt.Sprintf("%s:%d:1:abcd0123", host, gone.Process.Pid), false},
+		{"garbage", "::::", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := &mapSlots{holders: map[string]bool{tc.holder: true}}
+			m := &ModelSlots{Store: store, Poll: 20 * time.Millisecond}
+			// The first try that finds every slot held looks for dead
+			// holders: a freed slot is taken long before the first bound,
+			// and a held one has been looked at well within the second.
+			wait := 300 * time.Millisecond
+			if tc.freed {
+				wait = time.Minute
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			release, err := m.Acquire(ctx, "m", 1)
+			if tc.freed {
+				if err != nil {
+					t.Fatalf("the dead holder's slot was not freed: %v", err)
+				}
+				release()
+				return
+			}
+			if err == nil {
+				release()
+				t.Fatalf("a slot held by %q was taken", tc.holder)
+			}
+			if !store.holders[tc.holder] {
+				t.Fatalf("holder %q was released", tc.holder)
+			}
+		})
+	}
 }

@@ -309,7 +309,13 @@ func (b *bench) rowQueue() error {
 	var werr bytes.Buffer
 	worker := exec.Command(b.bin, "worker", "--concurrency", fmt.Sprint(workers), "--wait", "1", "--model", "ollama-qwen",
 		"--repo", repo, "--sandbox", "none", "--grace", "5s")
-	worker.Env, worker.Stdout, worker.Stderr = env, io.Discard, &werr
+	// The worker's log is kept in the scratch folder too (-keep keeps it).
+	wlog, err := os.Create(filepath.Join(home, "worker.log"))
+	if err != nil {
+		return err
+	}
+	defer wlog.Close()
+	worker.Env, worker.Stdout, worker.Stderr = env, io.Discard, io.MultiWriter(&werr, wlog)
 	if err := worker.Start(); err != nil {
 		return err
 	}
