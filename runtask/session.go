@@ -970,12 +970,7 @@ func (r *runner) record(ctx context.Context) error {
 		return fmt.Errorf("run record: %w", err)
 	}
 	if r.opts.Store != nil {
-		res := r.result
-		run := bus.Run{ID: res.RunID, TaskID: res.TaskID, Session: res.Session, Role: res.Role, Status: res.Status,
-			ModelAlias: res.ModelAlias, Model: res.Model, PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
-			TotalTokens: res.TotalTokens, Steps: res.Steps, Repo: res.Repo, BaseCommit: res.BaseCommit, Worktree: res.Worktree,
-			Branch: res.Branch, PatchID: res.PatchID, StartedAt: res.StartedAt, FinishedAt: res.FinishedAt, Outcome: res.Error}
-		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), run), "record run "+res.RunID)
+		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), bus.RunFromResult(r.result)), "record run "+r.result.RunID)
 	}
 	return nil
 }

@@ -365,7 +365,9 @@ func TestNotesDelivered(t *testing.T) {
 		},
 		finalTurn("ok"),
 	}
-	o := f.opts(testTask("notes"), m)
+	task := testTask("notes")
+	task.Harness = "code"
+	o := f.opts(task, m)
 	o.Store = store
 	o.RunID = "r-notes-1"
 	runID = o.RunID
@@ -380,7 +382,7 @@ func TestNotesDelivered(t *testing.T) {
 	if store.notes[0].DeliveredAt != 2 {
 		t.Fatalf("delivered at %d", store.notes[0].DeliveredAt)
 	}
-	if run, _ := store.GetRun(context.Background(), res.RunID); run.Status != runrec.StatusSucceeded || run.PatchID != res.PatchID {
+	if run, _ := store.GetRun(context.Background(), res.RunID); run.Status != runrec.StatusSucceeded || run.PatchID != res.PatchID || run.HarnessAlias != "code" {
 		t.Fatalf("store run: %+v", run)
 	}
 }
