@@ -197,11 +197,10 @@ type runner struct {
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
 	saving        chan error
-	first         *firstRequest                  // the round's first request, sent early (sendFirst)
-	openingMsgs   []openai.ChatCompletionMessage // what opening made
-	announced     atomic.Bool                    // the "start" event is out
-	storeDown     bool                           // the bus store failed: warned once, until it answers again
-	promptSources []PromptSource                 // the files the system prompt came from
+	first         *firstRequest  // the round's first request, sent early (sendFirst)
+	announced     atomic.Bool    // the "start" event is out
+	storeDown     bool           // the bus store failed: warned once, until it answers again
+	promptSources []PromptSource // the files the system prompt came from
 }
 
 func newRunner(opts Options) (*runner, error) {
@@ -760,10 +759,11 @@ func (r *runner) notesWaiting(ctx context.Context) bool {
 
 // opening is the conversation a new round (modeNew, modeFollowUp) sends
 // first: the system prompt and the task for a new session, the session's
-// conversation and the follow-up for a refinement. Made once per run.
+// conversation and the follow-up for a refinement. Made once per run: the
+// early request's copy when one went out.
 func (r *runner) opening(ctx context.Context, mode runMode) ([]openai.ChatCompletionMessage, error) {
-	if r.openingMsgs != nil {
-		return slices.Clone(r.openingMsgs), nil
+	if r.first != nil {
+		return slices.Clone(r.first.msgs), nil
 	}
 	st := r.state
 	var msgs []openai.ChatCompletionMessage
@@ -782,8 +782,7 @@ func (r *runner) opening(ctx context.Context, mode runMode) ([]openai.ChatComple
 	default:
 		return nil, fmt.Errorf("no opening for mode %d", mode)
 	}
-	r.openingMsgs = msgs
-	return slices.Clone(msgs), nil
+	return msgs, nil
 }
 
 // connectRegistry resolves alias in the registry and builds its client.
@@ -891,7 +890,7 @@ func (r *runner) save() error {
 // reply is back, before it acts on the reply; every later save settles it
 // first, so state versions reach the disk in order and never run ahead of
 // the transcript. A crash meanwhile is a crash before the save: the
-// transcript's lines give the results back (adoptRecordedResults) and the
+// transcript's lines give the results back (loadRecordedResults) and the
 // request is sent again.
 func (r *runner) saveBehind() error {
 	write, err := r.stateWrite()
