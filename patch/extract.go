@@ -56,6 +56,12 @@ type ExtractOptions struct {
 	// NoTree skips writing the worktree's tree (Extracted.Tree is empty):
 	// for a caller that keeps only the diff, one git process fewer.
 	NoTree bool
+	// NeutralDir, when set, is a neutral git dir kept at that path for
+	// this caller's extractions, one at a time (a pooled worktree's slot:
+	// its lease is the guarantee). It is checked before every use and
+	// replaced when anything in it is not ours; empty makes and removes a
+	// throw-away one per extraction. Either way the files are the same.
+	NeutralDir string
 }
 
 // Extracted describes an extracted diff.
@@ -127,7 +133,12 @@ func Extract(ctx context.Context, opts ExtractOptions) (Extracted, error) {
 		base <- resolved{tree, err}
 	}()
 	baseTree := sync.OnceValues(func() (string, error) { r := <-base; return r.tree, r.err })
-	n, err := newNeutralRepo(opts.Repo, wt)
+	var n *neutralRepo
+	if opts.NeutralDir != "" {
+		n, err = keptExtractRepo(opts.Repo, opts.NeutralDir, wt)
+	} else {
+		n, err = newNeutralRepo(opts.Repo, wt)
+	}
 	if err != nil {
 		return ex, fmt.Errorf("extract: %w", err)
 	}

@@ -176,6 +176,85 @@ func TestExtractRoundTrip(t *testing.T) {
 	}
 }
 
+// TestExtractKeptDir: an extraction through a kept neutral git dir
+// (ExtractOptions.NeutralDir, a pooled worktree's) gives a throw-away one's
+// diff, patch-id and files, byte for byte, round after round; the dir stays
+// in place, and whatever a previous user or an attacker left in it (an
+// index with other content, a stale index.lock, an exclude file that would
+// hide files, a config, a hook, a ref) is removed or has the dir replaced
+// before git runs.
+func TestExtractKeptDir(t *testing.T) {
+	requireGit(t)
+	ctx := context.Background()
+	repo, wt, g, base := linkedWorktree(t, 11)
+	private := privateGitDir(t, repo)
+	kept := filepath.Join(t.TempDir(), "pool", "wt-1.git")
+	marker := filepath.Join(t.TempDir(), "ran")
+	tampers := []struct {
+		name string
+		do   func()
+	}{
+		{"none", func() {}},
+		{"stale index", func() {
+			// Another worktree's content: if it were used, its files would
+			// show up as the worker's change.
+			os.WriteFile(filepath.Join(kept, "index"), []byte("DIRC garbage"), 0o600)
+		}},
+		{"index.lock", func() { os.WriteFile(filepath.Join(kept, "index.lock"), nil, 0o600) }},
+		{"exclude hides all", func() { os.WriteFile(filepath.Join(kept, "info", "exclude"), []byte("*\n"), 0o600) }},
+		{"config runs a program", func() {
+			os.WriteFile(filepath.Join(kept, "config"), []byte("[core]\n\tfsmonitor = touch "+marker+"\n\trepositoryformatversion = 0\n"), 0o600)
+		}},
+		{"a hook", func() {
+			os.MkdirAll(filepath.Join(kept, "hooks"), 0o755)
+			os.WriteFile(filepath.Join(kept, "hooks", "post-index-change"), []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755)
+		}},
+		{"a ref", func() { os.WriteFile(filepath.Join(kept, "refs", "x"), nil, 0o600) }},
+		{"index is a folder", func() {
+			os.Remove(filepath.Join(kept, "index"))
+			os.MkdirAll(filepath.Join(kept, "index", "x"), 0o755)
+		}},
+		{"not a folder", func() { os.RemoveAll(kept); os.WriteFile(kept, nil, 0o600) }},
+	}
+	for round, tc := range tampers {
+		g.mutate(8)
+		clearWorktree(t, wt)
+		g.writeTree(t, wt)
+		if round > 0 {
+			tc.do()
+		}
+		var got, want bytes.Buffer
+		ex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, Out: &got, NoTree: true, NeutralDir: kept})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		wex, err := Extract(ctx, ExtractOptions{Repo: Git{GitDir: private}, WorkTree: wt, Base: base, Out: &want, NoTree: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ex.PatchID != wex.PatchID || !bytes.Equal(got.Bytes(), want.Bytes()) || strings.Join(ex.Files, "\n") != strings.Join(wex.Files, "\n") || want.Len() == 0 {
+			t.Fatalf("%s: kept dir's diff %s (%d bytes, %d files), a throw-away one's %s (%d bytes, %d files)",
+				tc.name, ex.PatchID, got.Len(), len(ex.Files), wex.PatchID, want.Len(), len(wex.Files))
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%s: a program in the kept dir ran", tc.name)
+		}
+		// The kept dir holds its files and the index the extraction made.
+		ents, _ := os.ReadDir(kept)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if !slices.Equal(names, []string{"HEAD", "config", "index", "info", "refs"}) {
+			t.Fatalf("%s: kept dir holds %v after use", tc.name, names)
+		}
+		os.Remove(filepath.Join(kept, "index"))
+		if !keptNeutralOK(kept, extractFiles(Git{GitDir: private})) {
+			t.Fatalf("%s: kept dir does not hold exactly its files after use", tc.name)
+		}
+	}
+}
+
 func TestExtractNoChanges(t *testing.T) {
 	requireGit(t)
 	repo, wt, _, base := linkedWorktree(t, 3)
@@ -583,8 +662,8 @@ func TestTreeDifferKept(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			d, err := NewTreeDifferAt(g, kept)
-			if err != nil || d.n.dir != "" {
-				t.Errorf("concurrent first use: %v (own dir %q)", err, d.n.dir)
+			if err != nil || !d.n.kept || d.n.dir != kept {
+				t.Errorf("concurrent first use: %v (dir %q)", err, d.n.dir)
 				return
 			}
 			d.Close()
@@ -613,8 +692,8 @@ func TestTreeDifferKept(t *testing.T) {
 		name := slices.Sorted(maps.Keys(tampers))[seed-1]
 		tampers[name]()
 		d, err := NewTreeDifferAt(g, kept)
-		if err != nil || d.n.dir != "" {
-			t.Fatalf("%s: %v (own dir %q)", name, err, d.n.dir)
+		if err != nil || !d.n.kept || d.n.dir != kept {
+			t.Fatalf("%s: %v (dir %q)", name, err, d.n.dir)
 		}
 		var got, want bytes.Buffer
 		id, err := d.Diff(ctx, from, to, &got)

@@ -2,10 +2,14 @@ package patch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/conductor-dev/conductor/conductor/filelock"
@@ -54,6 +58,7 @@ type neutralRepo struct {
 	Git
 	dir  string
 	lock *os.File // flock held while the git dir is in use (CleanScratch)
+	kept bool     // a kept git dir (keptNeutralRepo, keptExtractRepo): close leaves it
 }
 
 // newNeutralRepo creates a neutral git dir for repo. workTree may be empty.
@@ -69,12 +74,7 @@ func newNeutralRepo(repo Git, workTree string) (*neutralRepo, error) {
 		return nil, err
 	}
 	n := &neutralRepo{dir: dir, lock: lock}
-	files := map[string]string{"info/exclude": ""}
-	maps.Copy(files, keptNeutralFiles) // HEAD, config, attributes
-	// The operator's own exclude file still decides what is ignored.
-	if b, err := os.ReadFile(filepath.Join(common, "info", "exclude")); err == nil {
-		files["info/exclude"] = string(b)
-	}
+	files := extractFiles(repo)
 	for _, sub := range []string{"refs", "info"} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			n.close()
@@ -127,34 +127,79 @@ func keptNeutralRepo(repo Git, dir string) (*neutralRepo, error) {
 	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
 	}
-	if !keptNeutralOK(dir) {
-		if err := makeKeptNeutral(dir); err != nil {
+	if !keptNeutralOK(dir, keptNeutralFiles) {
+		if err := makeKeptNeutral(dir, keptNeutralFiles); err != nil {
 			return nil, fmt.Errorf("neutral git dir %s: %w", dir, err)
 		}
 	}
-	return &neutralRepo{Git: neutralGit(repo, objects, dir, "")}, nil
+	return &neutralRepo{Git: neutralGit(repo, objects, dir, ""), dir: dir, kept: true}, nil
 }
 
-// keptNeutralOK checks dir holds exactly keptNeutralFiles (regular files,
-// those bytes) and an empty refs folder.
-func keptNeutralOK(dir string) bool {
-	want := map[string][]string{"": {"HEAD", "config", "info", "refs"}, "info": {"attributes"}, "refs": nil}
+// keptExtractRepo returns the neutral git dir kept at dir for extractions
+// from workTree, one at a time (ExtractOptions.NeutralDir): what a
+// throw-away one holds (newNeutralRepo), with no index yet. The index and
+// its lock a previous extraction left are removed first; anything else
+// that is not exactly ours has the whole dir replaced.
+func keptExtractRepo(repo Git, dir, workTree string) (*neutralRepo, error) {
+	objects := filepath.Join(repo.CommonDir(), "objects")
+	if fi, err := os.Stat(objects); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("repository %s: no object store at %s", repo.GitDir, objects)
+	}
+	files := extractFiles(repo)
+	for _, name := range []string{"index", "index.lock"} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			break // not a file: the check below replaces the dir
+		}
+	}
+	if !keptNeutralOK(dir, files) {
+		if err := makeKeptNeutral(dir, files); err != nil {
+			return nil, fmt.Errorf("neutral git dir %s: %w", dir, err)
+		}
+	}
+	return &neutralRepo{Git: neutralGit(repo, objects, dir, workTree), dir: dir, kept: true}, nil
+}
+
+// extractFiles are the files of a neutral git dir that collects a
+// worktree: keptNeutralFiles, and the operator's own exclude file, which
+// still decides what is ignored.
+func extractFiles(repo Git) map[string]string {
+	files := map[string]string{"info/exclude": ""}
+	maps.Copy(files, keptNeutralFiles) // HEAD, config, attributes
+	if b, err := os.ReadFile(filepath.Join(repo.CommonDir(), "info", "exclude")); err == nil {
+		files["info/exclude"] = string(b)
+	}
+	return files
+}
+
+// keptNeutralOK checks dir holds exactly files (regular files, those
+// bytes) and an empty refs folder.
+func keptNeutralOK(dir string, files map[string]string) bool {
+	want := map[string][]string{"": {"refs"}, "refs": nil}
+	for name := range files {
+		sub, base := path.Split(name)
+		sub = strings.TrimSuffix(sub, "/")
+		if sub != "" && !slices.Contains(want[""], sub) {
+			want[""] = append(want[""], sub)
+		}
+		want[sub] = append(want[sub], base)
+	}
 	for sub, names := range want {
+		slices.Sort(names)
 		ents, err := os.ReadDir(filepath.Join(dir, sub))
 		if err != nil || len(ents) != len(names) {
 			return false
 		}
 		for i, e := range ents { // sorted by name
-			path := strings.TrimPrefix(sub+"/"+e.Name(), "/")
+			name := strings.TrimPrefix(sub+"/"+e.Name(), "/")
 			if e.Name() != names[i] {
 				return false
 			}
-			content, isFile := keptNeutralFiles[path]
+			content, isFile := files[name]
 			if isFile != e.Type().IsRegular() || (!isFile && !e.IsDir()) {
 				return false
 			}
 			if isFile {
-				b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(path)))
+				b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(name)))
 				if err != nil || string(b) != content {
 					return false
 				}
@@ -167,10 +212,11 @@ func keptNeutralOK(dir string) bool {
 	return true
 }
 
-// makeKeptNeutral writes a kept neutral git dir beside dir and renames it
-// into place, replacing one that does not check out; another process
-// making it at the same time is fine (both make the same bytes).
-func makeKeptNeutral(dir string) error {
+// makeKeptNeutral writes a kept neutral git dir holding files beside dir
+// and renames it into place, replacing one that does not check out;
+// another process making it at the same time is fine (both make the same
+// bytes).
+func makeKeptNeutral(dir string, files map[string]string) error {
 	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
@@ -185,19 +231,19 @@ func makeKeptNeutral(dir string) error {
 			return err
 		}
 	}
-	for name, content := range keptNeutralFiles {
+	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(tmp, filepath.FromSlash(name)), []byte(content), 0o600); err != nil {
 			return err
 		}
 	}
-	if err := os.Rename(tmp, dir); err == nil || keptNeutralOK(dir) {
+	if err := os.Rename(tmp, dir); err == nil || keptNeutralOK(dir, files) {
 		return nil
 	}
 	// What is there does not check out (damaged, or not ours): replace it.
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dir); err != nil && !keptNeutralOK(dir) {
+	if err := os.Rename(tmp, dir); err != nil && !keptNeutralOK(dir, files) {
 		return err
 	}
 	return nil
@@ -219,7 +265,7 @@ next:
 }
 
 func (n *neutralRepo) close() {
-	if n != nil && n.dir != "" { // a kept one has no dir of its own
+	if n != nil && n.dir != "" && !n.kept {
 		os.RemoveAll(n.dir)
 		if n.lock != nil {
 			filelock.Unlock(n.lock)

@@ -109,6 +109,14 @@ func RepoKey(commonDir string) string {
 func (p *Pool) metaPath(slot string) string { return filepath.Join(p.Dir, slot+".json") }
 func (p *Pool) lockPath(slot string) string { return filepath.Join(p.Dir, slot+".lock") }
 
+// neutralPath is the neutral git dir kept for the slot's extractions
+// (patch.ExtractOptions.NeutralDir): the slot's lease makes them one at a
+// time, and it goes with the slot.
+func (p *Pool) neutralPath(slot string) string { return filepath.Join(p.Dir, slot+".git") }
+
+// neutralDir is the lease's kept neutral git dir.
+func (l *Lease) neutralDir() string { return l.pool.neutralPath(l.Meta.Slot) }
+
 // withPoolLock runs fn holding the pool-wide lock (metadata changes only;
 // slow git work happens outside it).
 func (p *Pool) withPoolLock(fn func() error) error {
@@ -748,6 +756,9 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 	}
 	// The slot's lock file goes too (the caller holds it: a waiter finds
 	// the file gone after it locks, see filelock.Lock, and locks afresh).
+	if err := os.RemoveAll(p.neutralPath(m.Slot)); err != nil {
+		errs = append(errs, err)
+	}
 	for _, f := range []string{p.metaPath(m.Slot), runrec.NextPath(p.metaPath(m.Slot)), p.lockPath(m.Slot)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)

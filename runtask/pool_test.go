@@ -173,6 +173,14 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 			t.Fatal("two leases share a worktree")
 		}
 		seen[l.Dir()] = true
+		// An extraction makes the slot's kept neutral git dir, which goes
+		// with the slot.
+		if _, err := extractPatch(ctx, l, l.Meta.Base, filepath.Join(t.TempDir(), "patch.diff")); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(l.neutralDir()); err != nil || !fi.IsDir() {
+			t.Fatalf("no kept neutral git dir at %s: %v", l.neutralDir(), err)
+		}
 	}
 	for _, l := range leases {
 		if err := l.Release(ctx); err != nil {
@@ -189,6 +197,9 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	}
 	if _, err := os.Stat(leases[0].Dir() + ".lock"); err == nil {
 		t.Fatal("the evicted slot's lock file was left behind")
+	}
+	if _, err := os.Stat(leases[0].neutralDir()); err == nil {
+		t.Fatal("the evicted slot's neutral git dir was left behind")
 	}
 	// The nearest pooled worktree is taken: the one at c2.
 	l, err := p.Acquire(ctx, c2, "o")
@@ -217,6 +228,9 @@ func TestPoolBoundsAndNearest(t *testing.T) {
 	}
 	if locks, _ := filepath.Glob(filepath.Join(p.Dir, "wt-*.lock")); len(locks) > 0 {
 		t.Fatalf("pruned slots left their lock files: %v", locks)
+	}
+	if dirs, _ := filepath.Glob(filepath.Join(p.Dir, "wt-*.git")); len(dirs) > 0 {
+		t.Fatalf("pruned slots left their neutral git dirs: %v", dirs)
 	}
 }
 

@@ -1002,7 +1002,7 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 	safe := true
 	var changed []string // what the extraction found differs from the base
 	if r.lease != nil {
-		ex, err := extractPatch(ctx, patch.Git{GitDir: r.lease.Meta.GitDir}, r.lease.Dir(), st.BaseCommit, r.runDir.Path(runrec.PatchFile))
+		ex, err := extractPatch(ctx, r.lease, st.BaseCommit, r.runDir.Path(runrec.PatchFile))
 		r.addHazards(toHazards(ex.Hazards))
 		res.Hazards = r.hazards
 		if err != nil {

@@ -68,9 +68,10 @@ func ResolveBase(ctx context.Context, repo patch.Git, base string) (string, erro
 // extractPatch writes the worktree's whole difference from base to out
 // (atomically: temp file, fsync, rename) through the patch package, the one
 // extraction path shared with `conductor extract`.
-func extractPatch(ctx context.Context, repo patch.Git, worktree, base, out string) (ex patch.Extracted, err error) {
+func extractPatch(ctx context.Context, l *Lease, base, out string) (ex patch.Extracted, err error) {
 	err = runrec.WriteAtomic(out, 0o644, func(w io.Writer) error {
-		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: repo, WorkTree: worktree, Base: base, Out: w, RemoveHazards: true, NoTree: true})
+		ex, err = patch.Extract(ctx, patch.ExtractOptions{Repo: patch.Git{GitDir: l.Meta.GitDir}, WorkTree: l.Dir(), Base: base, Out: w,
+			RemoveHazards: true, NoTree: true, NeutralDir: l.neutralDir()})
 		return err
 	})
 	return ex, err

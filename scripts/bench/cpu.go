@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// cpuTimes are CPU seconds spent so far: by one process and the children
+// it has waited for (a worker and its git processes), and by the whole
+// machine (busy and all).
+type cpuTimes struct {
+	proc      float64
+	busy, all float64
+	ok        bool
+}
+
+// readCPU reads pid's and the machine's CPU times from /proc (ok false
+// where there is none).
+func readCPU(pid int) cpuTimes {
+	var t cpuTimes
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return t
+	}
+	// The command name is in parentheses and may hold spaces: fields
+	// count from the last ")". utime stime cutime cstime are fields 14–17.
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return t
+	}
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseFloat(v, 64)
+		t.proc += n / clockTicks
+	}
+	all, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t
+	}
+	line, _, _ := strings.Cut(string(all), "\n")
+	cols := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(cols) < 9 || cols[0] != "cpu" {
+		return t
+	}
+	for i, v := range cols[1:9] {
+		n, _ := strconv.ParseFloat(v, 64)
+		t.all += n / clockTicks
+		if i != 3 && i != 4 { // idle, iowait
+			t.busy += n / clockTicks
+		}
+	}
+	t.ok = true
+	return t
+}
+
+// sub is the CPU spent between two readings.
+func (t cpuTimes) sub(o cpuTimes) cpuTimes {
+	return cpuTimes{proc: t.proc - o.proc, busy: t.busy - o.busy, all: t.all - o.all, ok: t.ok && o.ok}
+}
