@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
@@ -206,7 +208,8 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 		return err
 	}
 	defer h.o.Sandboxes.close(opts.Sandbox)
-	opts.Store = h.store
+	rows := &rowsPut{Store: h.store}
+	opts.Store = rows
 	var res runrec.Result
 	if known || job.Resume {
 		log.Info("resuming run")
@@ -234,7 +237,33 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 		log.Info("run checkpointed for shutdown; handing the job back", "steps", res.Steps)
 		return queue.ErrInterrupted
 	}
-	return h.complete(ctx, log, job, task, res)
+	return h.completeAfter(ctx, log, job, task, res, rows)
+}
+
+// rowsPut is the store a run writes through: it keeps the last run row
+// the store took, so the completion does not write the same row again.
+type rowsPut struct {
+	bus.Store
+	mu   sync.Mutex
+	last *bus.Run
+}
+
+func (s *rowsPut) PutRun(ctx context.Context, r bus.Run) error {
+	err := s.Store.PutRun(ctx, r)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.last = nil
+	if err == nil {
+		s.last = &r
+	}
+	return err
+}
+
+// has reports whether r is the last row the store took.
+func (s *rowsPut) has(r bus.Run) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last != nil && reflect.DeepEqual(*s.last, r)
 }
 
 // lockRun takes the run's lock on a queue that has one. A nil release with
@@ -297,9 +326,17 @@ func (h *Handler) checkInput(ctx context.Context, opts runtask.Options, task run
 // backlog claim. Both writes are idempotent, so a completion interrupted by
 // a store outage is replayed until it is written.
 func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result) error {
+	return h.completeAfter(ctx, log, job, task, res, nil)
+}
+
+// completeAfter is complete for a run that wrote through rows: the run row
+// is written only when the store did not take exactly it from the run.
+func (h *Handler) completeAfter(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result, rows *rowsPut) error {
 	ctx = context.WithoutCancel(ctx)
-	if err := h.store.PutRun(ctx, bus.RunFromResult(res)); err != nil {
-		return queue.Infra(err)
+	if row := bus.RunFromResult(res); rows == nil || !rows.has(row) {
+		if err := h.store.PutRun(ctx, row); err != nil {
+			return queue.Infra(err)
+		}
 	}
 	err := h.store.CompleteTask(ctx, bus.Completion{
 		TaskID: task.ID, Claimant: job.RunID, RunID: res.RunID, Outcome: res.Status,
