@@ -56,6 +56,9 @@ type Options struct {
 	Role    RolePolicy      // required
 	Sandbox sandbox.Sandbox // commands run only through it; nil: run_command fails for the model
 	Store   bus.Store       // may be nil: the run folder is then the only record
+	// RunRowPut, when set, hears each write of the run's row to Store and
+	// its outcome (the queue's completion then skips writing the same row).
+	RunRowPut func(row bus.Run, err error)
 
 	FollowUp     string // a refinement round: the session continues with this user message
 	KeepWorktree bool   // keep the worktree after the run (it stays with the session)
@@ -969,7 +972,12 @@ func (r *runner) record(ctx context.Context) error {
 		return fmt.Errorf("run record: %w", err)
 	}
 	if r.opts.Store != nil {
-		r.storeResult(r.opts.Store.PutRun(context.WithoutCancel(ctx), bus.RunFromResult(r.result)), "record run "+r.result.RunID)
+		row := bus.RunFromResult(r.result)
+		err := r.opts.Store.PutRun(context.WithoutCancel(ctx), row)
+		r.storeResult(err, "record run "+r.result.RunID)
+		if r.opts.RunRowPut != nil {
+			r.opts.RunRowPut(row, err)
+		}
 	}
 	return nil
 }

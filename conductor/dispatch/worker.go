@@ -208,8 +208,9 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 		return err
 	}
 	defer h.o.Sandboxes.close(opts.Sandbox)
-	rows := &rowsPut{Store: h.store}
-	opts.Store = rows
+	opts.Store = h.store
+	rows := &rowsPut{}
+	opts.RunRowPut = rows.put
 	var res runrec.Result
 	if known || job.Resume {
 		log.Info("resuming run")
@@ -240,23 +241,21 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	return h.completeAfter(ctx, log, job, task, res, rows)
 }
 
-// rowsPut is the store a run writes through: it keeps the last run row
-// the store took, so the completion does not write the same row again.
+// rowsPut keeps the last run row the store took from a run
+// (runtask.Options.RunRowPut), so the completion does not write the same
+// row again.
 type rowsPut struct {
-	bus.Store
 	mu   sync.Mutex
 	last *bus.Run
 }
 
-func (s *rowsPut) PutRun(ctx context.Context, r bus.Run) error {
-	err := s.Store.PutRun(ctx, r)
+func (s *rowsPut) put(r bus.Run, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.last = nil
 	if err == nil {
 		s.last = &r
 	}
-	return err
 }
 
 // has reports whether r is the last row the store took.

@@ -124,12 +124,12 @@ func TestCompletionWritesTheRunRowOnce(t *testing.T) {
 			if _, err := st.ClaimTask(ctx, res.TaskID, res.RunID); err != nil {
 				t.Fatal(err)
 			}
-			rows := &rowsPut{Store: cs}
+			rows := &rowsPut{}
 			row := bus.RunFromResult(res)
 			if tc.ranStarted {
 				row.Status, row.FinishedAt = "running", time.Time{}
 			}
-			rows.PutRun(ctx, row) // what runtask wrote at its end
+			rows.put(row, cs.PutRun(ctx, row)) // what runtask wrote at its end
 			job := queue.Job{RunID: res.RunID}
 			task := runtask.Task{ID: res.TaskID}
 			if err := h.completeAfter(ctx, slog.New(slog.DiscardHandler), job, task, res, rows); err != nil {
