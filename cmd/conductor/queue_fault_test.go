@@ -285,16 +285,35 @@ func pgOutageTrial(t *testing.T, onRedis bool) {
 		}
 		return b.String()
 	}
-	waitCond(t, "every job done", func() bool {
-		// Done, or settled with something missing: a dead letter, or
-		// nothing queued and nothing held.
-		if len(r.finishedRunLines()) == jobs {
-			return true
-		}
+	// settled: nothing queued and nothing held (a job handed back after
+	// its run ended is acknowledged by the next take: wait for that too).
+	settled := func() bool {
 		if rc != nil {
 			return redisSettled(rc, "echodo:orchestrator:jobs")
 		}
-		return deadLetters() != ""
+		st, err := bus.Open(ctx, bus.Options{DatabaseURL: pg.URL()})
+		if err != nil {
+			return false
+		}
+		defer st.Close()
+		list, err := st.(bus.Views).ListJobs(ctx)
+		if err != nil {
+			return false
+		}
+		for _, j := range list {
+			if j.State() != "dead" {
+				return false
+			}
+		}
+		return true
+	}
+	waitCond(t, "every job done", func() bool {
+		// Done and settled, or settled with something missing (a dead
+		// letter).
+		if len(r.finishedRunLines()) == jobs || deadLetters() != "" {
+			return settled()
+		}
+		return rc != nil && redisSettled(rc, "echodo:orchestrator:jobs")
 	}, func() string {
 		return fmt.Sprintf("done %v\ndead letters %s\n%s", r.finishedRunLines(), deadLetters(), r.logs())
 	})
