@@ -147,7 +147,7 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	folder, ferr := dir.ReadResult()
 	if ferr == nil && runrec.Final(folder.Status) {
 		log.Info("run already ended; recording its completion", "status", folder.Status)
-		return h.complete(ctx, log, job, task, folder)
+		return h.complete(ctx, log, job, task, folder, nil)
 	}
 	prev, err := h.store.GetRun(ctx, job.RunID)
 	known := err == nil || ferr == nil
@@ -238,7 +238,7 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 		log.Info("run checkpointed for shutdown; handing the job back", "steps", res.Steps)
 		return queue.ErrInterrupted
 	}
-	return h.completeAfter(ctx, log, job, task, res, rows)
+	return h.complete(ctx, log, job, task, res, rows)
 }
 
 // rowsPut keeps the last run row the store took from a run
@@ -323,14 +323,10 @@ func (h *Handler) checkInput(ctx context.Context, opts runtask.Options, task run
 // complete records an ended run in the store from its receipt (the run
 // folder's result; runtask's own store write may have failed) and closes its
 // backlog claim. Both writes are idempotent, so a completion interrupted by
-// a store outage is replayed until it is written.
-func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result) error {
-	return h.completeAfter(ctx, log, job, task, res, nil)
-}
-
-// completeAfter is complete for a run that wrote through rows: the run row
-// is written only when the store did not take exactly it from the run.
-func (h *Handler) completeAfter(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result, rows *rowsPut) error {
+// a store outage is replayed until it is written. rows, for a run this
+// handler just ran, holds the row the store took from it: that row is not
+// written again.
+func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job, task runtask.Task, res runrec.Result, rows *rowsPut) error {
 	ctx = context.WithoutCancel(ctx)
 	if row := bus.RunFromResult(res); rows == nil || !rows.has(row) {
 		if err := h.store.PutRun(ctx, row); err != nil {

@@ -132,7 +132,7 @@ func TestCompletionWritesTheRunRowOnce(t *testing.T) {
 			rows.put(row, cs.PutRun(ctx, row)) // what runtask wrote at its end
 			job := queue.Job{RunID: res.RunID}
 			task := runtask.Task{ID: res.TaskID}
-			if err := h.completeAfter(ctx, slog.New(slog.DiscardHandler), job, task, res, rows); err != nil {
+			if err := h.complete(ctx, slog.New(slog.DiscardHandler), job, task, res, rows); err != nil {
 				t.Fatal(err)
 			}
 			if cs.puts != tc.wantPuts {
