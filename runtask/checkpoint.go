@@ -13,6 +13,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	pgit "github.com/conductor-dev/conductor/patch/git"
 )
 
 // checkpoint writes the run's resumable state to the store: the bounded tool
@@ -52,6 +53,12 @@ func (r *runner) workBranch(ctx context.Context) string {
 		return ""
 	}
 	ref := "refs/heads/work/" + r.task.ID
+	// Read in process first: most runs have no work branch, and that needs
+	// no git process. One that exists is peeled by git (a commit, not a
+	// tag or a broken ref); one go-git cannot read is git's to judge too.
+	if ids, err := pgit.ReadRefs(r.repo.CommonDir(), ref); err == nil && ids[0] == "" {
+		return ""
+	}
 	if _, err := r.repo.Line(ctx, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}"); err != nil {
 		return ""
 	}

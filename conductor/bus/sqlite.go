@@ -28,9 +28,10 @@ const busyTimeout = 5 * time.Second
 // first, writers of other processes wait in SQLite's busy handler and the
 // store's retry loop.
 type sqliteBackend struct {
-	path string
-	sdb  *sql.DB
-	mu   sync.Mutex
+	path  string
+	sdb   *sql.DB
+	mu    sync.Mutex
+	stmts *stmtCache
 }
 
 func openSQLite(dataRoot string) (*sqliteBackend, error) {
@@ -62,13 +63,13 @@ func openSQLite(dataRoot string) (*sqliteBackend, error) {
 	sdb.SetMaxOpenConns(8)
 	sdb.SetMaxIdleConns(4)
 	sdb.SetConnMaxIdleTime(time.Minute)
-	return &sqliteBackend{path: path, sdb: sdb}, nil
+	return &sqliteBackend{path: path, sdb: sdb, stmts: &stmtCache{db: sdb}}, nil
 }
 
 func (b *sqliteBackend) name() string  { return "embedded" }
 func (b *sqliteBackend) where() string { return b.path }
-func (b *sqliteBackend) close() error  { return b.sdb.Close() }
-func (b *sqliteBackend) db() querier   { return sqlQuerier{b.sdb} }
+func (b *sqliteBackend) close() error  { b.stmts.close(); return b.sdb.Close() }
+func (b *sqliteBackend) db() querier   { return sqlQuerier{q: b.sdb, stmts: b.stmts} }
 
 func (b *sqliteBackend) tx(ctx context.Context, fn func(q querier) error) (err error) {
 	b.mu.Lock()
@@ -82,7 +83,7 @@ func (b *sqliteBackend) tx(ctx context.Context, fn func(q querier) error) (err e
 			tx.Rollback()
 		}
 	}()
-	if err := fn(sqlQuerier{tx}); err != nil {
+	if err := fn(sqlQuerier{q: tx, tx: tx, stmts: b.stmts}); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -136,16 +137,37 @@ func (b *sqliteBackend) describe(err error) error {
 	return err
 }
 
-// sqlQuerier runs statements on a *sql.DB or *sql.Tx.
+// sqlQuerier runs statements on a *sql.DB or *sql.Tx, through the
+// backend's prepared statements: SQLite parses a statement each time it
+// is prepared, which was a tenth of a queue job's store time.
 type sqlQuerier struct {
 	q interface {
 		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	}
+	tx    *sql.Tx // set when q is a transaction
+	stmts *stmtCache
+}
+
+// prepared returns the statement for query on this querier, or nil when
+// it is not cached (then the query is prepared once, as database/sql
+// does without a cache).
+func (s sqlQuerier) prepared(ctx context.Context, query string) *sql.Stmt {
+	st := s.stmts.get(ctx, query)
+	if st == nil || s.tx == nil {
+		return st
+	}
+	return s.tx.StmtContext(ctx, st) // reuses the tx connection's copy when it has one
 }
 
 func (s sqlQuerier) exec(ctx context.Context, query string, args ...any) (int64, error) {
-	res, err := s.q.ExecContext(ctx, query, args...)
+	var res sql.Result
+	var err error
+	if st := s.prepared(ctx, query); st != nil {
+		res, err = st.ExecContext(ctx, args...)
+	} else {
+		res, err = s.q.ExecContext(ctx, query, args...)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -153,11 +175,61 @@ func (s sqlQuerier) exec(ctx context.Context, query string, args ...any) (int64,
 }
 
 func (s sqlQuerier) query(ctx context.Context, query string, args ...any) (rows, error) {
-	r, err := s.q.QueryContext(ctx, query, args...)
+	var r *sql.Rows
+	var err error
+	if st := s.prepared(ctx, query); st != nil {
+		r, err = st.QueryContext(ctx, args...)
+	} else {
+		r, err = s.q.QueryContext(ctx, query, args...)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return sqlRows{r}, nil
+}
+
+// stmtCache keeps one prepared statement per query text (database/sql
+// prepares it again on each connection that runs it). The store's
+// queries are constants, so the cache stays small; it is bounded all
+// the same, and a query beyond the bound is run unprepared.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+const maxCachedStmts = 256
+
+func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st
+	}
+	if len(c.m) >= maxCachedStmts {
+		return nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil // run unprepared: the query reports the error itself
+	}
+	if c.m == nil {
+		c.m = map[string]*sql.Stmt{}
+	}
+	c.m[query] = st
+	return st
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.m {
+		st.Close()
+	}
+	c.m = nil
 }
 
 type sqlRows struct{ *sql.Rows }
