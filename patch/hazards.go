@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/conductor-dev/conductor/patch/git"
 )
@@ -73,15 +76,68 @@ type ScanOptions struct {
 // An error means the worktree could not be scanned (or a hazard could not
 // be removed): the caller must not run git on it.
 func ScanWorktree(dir string, opts ScanOptions) ([]Hazard, error) {
+	s := newScanner(dir, opts)
+	return s.run()
+}
+
+// ScanWorktreeStats is ScanWorktree (without removing anything) that also
+// lstats every entry it lists: the Stats say what the worktree held, to
+// be compared with a later scan's. They are nil when an entry could not
+// be stat'ed (it went away while the scan ran).
+func ScanWorktreeStats(dir string) ([]Hazard, Stats, error) {
+	s := newScanner(dir, ScanOptions{})
+	s.stats = Stats{}
+	hs, err := s.run()
+	if err != nil || s.unsteady {
+		return hs, nil, err
+	}
+	return hs, s.stats, nil
+}
+
+// StatKey is what lstat says of one entry. A file or link whose key is
+// unchanged has not been written, replaced, renamed over, re-moded or
+// linked to since, unless within the same tick of the file system's
+// clock as the key's ctime: every such change moves the ctime, which no
+// call sets back. A folder's key is its type and inode only (its times
+// move with its entries, which have keys of their own).
+type StatKey struct {
+	Mode         uint32
+	Dev, Ino     uint64
+	Nlink        uint64
+	Size         int64
+	Mtime, Ctime int64 // nanoseconds
+}
+
+// Stats are the keys of a worktree's entries below its top (the top-level
+// .git included), by slash path.
+type Stats map[string]StatKey
+
+// Equal reports whether both scans saw the same entries with the same keys.
+func (a Stats) Equal(b Stats) bool { return maps.Equal(a, b) }
+
+func statKey(st *unix.Stat_t) StatKey {
+	k := StatKey{Mode: st.Mode, Dev: st.Dev, Ino: st.Ino}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		k.Nlink, k.Size = uint64(st.Nlink), st.Size
+		k.Mtime, k.Ctime = st.Mtim.Nano(), st.Ctim.Nano()
+	}
+	return k
+}
+
+func newScanner(dir string, opts ScanOptions) *scanner {
 	s := &scanner{top: dir, opts: opts, more: make(chan struct{}, scanWalkers-1)}
 	s.bufs.New = func() any { b := make([]byte, 32<<10); return &b }
+	return s
+}
+
+func (s *scanner) run() ([]Hazard, error) {
 	s.walk("")
 	s.wg.Wait()
 	// In path order whichever walker found them (stable: a path's own
 	// findings keep their order).
 	slices.SortStableFunc(s.found, func(a, b Hazard) int { return strings.Compare(a.Path, b.Path) })
 	if s.err != nil {
-		return s.found, fmt.Errorf("scan worktree %s: %w", dir, s.err)
+		return s.found, fmt.Errorf("scan worktree %s: %w", s.top, s.err)
 	}
 	return s.found, nil
 }
@@ -97,9 +153,11 @@ type scanner struct {
 	wg   sync.WaitGroup
 	bufs sync.Pool // getdents buffers
 
-	mu    sync.Mutex
-	found []Hazard
-	err   error // the first
+	mu       sync.Mutex
+	found    []Hazard
+	stats    Stats // when asked for: every entry's key
+	unsteady bool  // an entry could not be stat'ed: no stats
+	err      error // the first
 }
 
 func (s *scanner) fail(err error) {
@@ -317,6 +375,30 @@ func (s *scanner) list(rel string) ([]entry, error) {
 		}
 	}
 	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	if s.stats != nil {
+		// An entry that cannot be stat'ed (gone since the listing) leaves
+		// the scan without stats; the hazards are found all the same.
+		keys := make([]StatKey, len(ents))
+		for i, e := range ents {
+			var st unix.Stat_t
+			if err := unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+				s.mu.Lock()
+				s.unsteady = true
+				s.mu.Unlock()
+				return ents, nil
+			}
+			keys[i] = statKey(&st)
+		}
+		s.mu.Lock()
+		for i, e := range ents {
+			p := e.name
+			if rel != "" {
+				p = rel + "/" + e.name
+			}
+			s.stats[p] = keys[i]
+		}
+		s.mu.Unlock()
+	}
 	return ents, nil
 }
 

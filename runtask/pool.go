@@ -72,6 +72,13 @@ type Lease struct {
 	Fresh bool      // created for this lease (not taken from the pool)
 	pool  *Pool
 	lock  *os.File
+
+	// scan is what the last checkHazards with stats saw (scanAt: when it
+	// began); verified is the worktree as taken, known exactly its base,
+	// for ReleaseKnown to leave a clean mark from (see cleanmark.go).
+	scan     patch.Stats
+	scanAt   time.Time
+	verified *cleanMark
 }
 
 // Dir is the worktree path.
@@ -366,6 +373,11 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 		l.discard(ctx)
 		return nil, err
 	}
+	// Just checked out by git, nothing else has written here: the state
+	// a release can leave a clean mark from (a hazard here leaves none).
+	if l.checkHazards(true) == nil {
+		l.verified = l.markHere(base)
+	}
 	return l, nil
 }
 
@@ -445,28 +457,42 @@ func (l *Lease) stashCount(ctx context.Context, tip string) int {
 }
 
 // prepare moves a pooled worktree to base and verifies it is exactly base.
+//
+// A worktree this process left with a clean mark, unchanged since, needs
+// no git: the hazard scan doubles as the proof (see cleanmark.go).
 func (l *Lease) prepare(ctx context.Context, base string) error {
 	before := l.Meta
-	if err := l.checkHazards(); err != nil {
+	mark, marked := takeMark(l.Meta.GitDir)
+	if err := l.checkHazards(true); err != nil {
 		return err
 	}
 	if err := l.baseline(ctx); err != nil {
 		return err
 	}
-	if l.Meta.Base != base {
-		if _, err := l.Git.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+	scanned := true // the scan is of the worktree as handed out
+	switch {
+	case marked && l.stillClean(ctx, mark, base):
+	default:
+		if l.Meta.Base != base {
+			scanned = false
+			if _, err := l.Git.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+				if err := l.reset(ctx, base); err != nil {
+					return err
+				}
+			}
+		}
+		if err := l.verify(ctx, base); err != nil {
+			scanned = false
 			if err := l.reset(ctx, base); err != nil {
+				return err
+			}
+			if err := l.verify(ctx, base); err != nil {
 				return err
 			}
 		}
 	}
-	if err := l.verify(ctx, base); err != nil {
-		if err := l.reset(ctx, base); err != nil {
-			return err
-		}
-		if err := l.verify(ctx, base); err != nil {
-			return err
-		}
+	if scanned {
+		l.verified = l.markHere(base) // after verify: status may refresh the index
 	}
 	l.Meta.Base = base
 	if l.Meta.Base == before.Base && l.Meta.StashCount == before.StashCount && l.Meta.StashTip == before.StashTip &&
@@ -483,9 +509,19 @@ func (l *Lease) prepare(ctx context.Context, base string) error {
 // enter it), so a trap planted there (a repository whose filter runs a
 // program) would fire in the next task's checkout or status: such a
 // worktree is discarded, never reused.
-func (l *Lease) checkHazards() error {
+//
+// With stats, the scan's lstat keys are kept in l.scan.
+func (l *Lease) checkHazards(stats bool) error {
 	wt := l.Meta.Worktree
-	hs, err := patch.ScanWorktree(wt, patch.ScanOptions{})
+	var hs []patch.Hazard
+	var err error
+	if stats {
+		at := time.Now()
+		l.scan, l.scanAt = nil, at
+		hs, l.scan, err = patch.ScanWorktreeStats(wt)
+	} else {
+		hs, err = patch.ScanWorktree(wt, patch.ScanOptions{})
+	}
 	if err != nil {
 		return fmt.Errorf("worktree %s: %w", l.Meta.Slot, err)
 	}
@@ -678,7 +714,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	}
 	// A worktree holding what git must not see is not reset (git would
 	// run on it) but discarded.
-	if err := l.checkHazards(); err != nil {
+	if err := l.checkHazards(false); err != nil {
 		return l.discard(ctx)
 	}
 	// The reset is verified when the worktree is taken again (prepare):

@@ -36,7 +36,7 @@ func (l *Lease) ReleaseKnown(ctx context.Context, paths []string) error {
 	if l.pool.MaxCount <= 0 || len(paths) > maxKnownPaths || l.headBranch() != "" {
 		return l.Release(ctx)
 	}
-	if err := l.checkHazards(); err != nil {
+	if err := l.checkHazards(false); err != nil {
 		return l.discard(ctx)
 	}
 	if err := l.restoreDotGit(); err != nil {
@@ -45,7 +45,51 @@ func (l *Lease) ReleaseKnown(ctx context.Context, paths []string) error {
 	if err := l.restorePaths(ctx, paths); err != nil {
 		return l.Release(ctx)
 	}
+	l.leaveMark(paths)
 	return l.free(ctx)
+}
+
+// leaveMark leaves a clean mark for the next take in this process when
+// the worktree, scanned again, differs from the state it was taken in
+// only at the paths just put back: present again where the base has them
+// (that take compares their content with the base's), gone where it does
+// not. Anything else that differs leaves no mark, and the next take
+// asks git.
+func (l *Lease) leaveMark(paths []string) {
+	v := l.verified
+	l.verified = nil
+	if v == nil || v.base != l.Meta.Base {
+		return
+	}
+	if err := l.checkHazards(true); err != nil || l.scan == nil {
+		return
+	}
+	put := map[string]bool{}
+	for _, p := range paths {
+		put[p] = true
+	}
+	for p, k := range l.scan {
+		was, ok := v.files[p]
+		switch {
+		case !ok:
+			return // new since the take
+		case put[p]:
+			if k.Mode&0o170000 != was.Mode&0o170000 {
+				return
+			}
+		case k != was:
+			return
+		}
+	}
+	for p := range v.files {
+		if _, ok := l.scan[p]; !ok {
+			return // gone since the take
+		}
+	}
+	if m := l.markHere(v.base); m != nil && m.head == v.head && m.index == v.index {
+		m.recheck = put
+		putMark(l.Meta.GitDir, *m)
+	}
 }
 
 // restorePaths puts each path back as the base has it.
