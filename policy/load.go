@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // PolicyFile is the name of the landing-rules file in a roles folder.
@@ -139,6 +141,81 @@ func LoadRepoFS(defaults, repo fs.FS, repoLabel string) (*Policy, error) {
 }
 
 func loadFS(defaults, repo fs.FS, repoLabel string, fromRepo bool) (*Policy, error) {
+	key, keyed := contentKey(defaults, repo, repoLabel, fromRepo)
+	if keyed {
+		if p := loaded.get(key); p != nil {
+			return p, nil
+		}
+	}
+	p, err := parseFS(defaults, repo, repoLabel, fromRepo)
+	if err == nil && keyed {
+		loaded.put(key, p)
+	}
+	return p, err
+}
+
+// loaded keeps the policies parsed from exactly the same files: a queue
+// worker loads its role for every job, and parsing and validating the
+// contracts was a twentieth of a job's CPU. A Policy is never changed
+// after it is made (every accessor returns copies), so one serves all.
+var loaded = &policyCache{}
+
+type policyCache struct {
+	mu sync.Mutex
+	m  map[[sha256.Size]byte]*Policy
+}
+
+// maxCachedPolicies bounds the cache (a worker sees a few rule sets).
+const maxCachedPolicies = 32
+
+func (c *policyCache) get(k [sha256.Size]byte) *Policy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[k]
+}
+
+func (c *policyCache) put(k [sha256.Size]byte, p *Policy) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxCachedPolicies {
+		c.m = map[[sha256.Size]byte]*Policy{}
+	}
+	c.m[k] = p
+}
+
+// contentKey hashes everything parseFS reads: the label, whether the
+// folder is the repository's, and each file's name and bytes. ok is false
+// when a folder cannot be listed or a file read (parseFS then reports it).
+func contentKey(defaults, repo fs.FS, repoLabel string, fromRepo bool) (k [sha256.Size]byte, ok bool) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%q %v\n", repoLabel, fromRepo)
+	for _, fsys := range []fs.FS{defaults, repo} {
+		if fsys == nil {
+			h.Write([]byte("none\n"))
+			continue
+		}
+		entries, err := fs.ReadDir(fsys, ".")
+		if err != nil {
+			return k, false
+		}
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			data, err := fs.ReadFile(fsys, e.Name())
+			if err != nil {
+				return k, false
+			}
+			fmt.Fprintf(h, "%q %d\n", e.Name(), len(data))
+			h.Write(data)
+		}
+		h.Write([]byte("end\n"))
+	}
+	h.Sum(k[:0])
+	return k, true
+}
+
+func parseFS(defaults, repo fs.FS, repoLabel string, fromRepo bool) (*Policy, error) {
 	l := &loader{}
 	defFiles := l.readDir(defaults, "default")
 	var repoFiles map[string]rawFile

@@ -230,3 +230,42 @@ func FuzzLoad(f *testing.F) {
 		_ = p.Landing().CheckChanges([]policy.Change{{Status: 'A', Path: "x/y"}}, nil)
 	})
 }
+
+// TestLoadCachesByContent: the same files give the same Policy without
+// parsing again; any change to a file (the same size, even), a new file
+// or another label gives a newly parsed one; a broken folder is parsed
+// (and refused) every time, and once fixed loads.
+func TestLoadCachesByContent(t *testing.T) {
+	dir := t.TempDir()
+	impl := `{"role": "implementer", "limits": {"maxSteps": 12}}`
+	if err := os.WriteFile(filepath.Join(dir, "implementer.json"), []byte(impl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a, err := policy.Load(roles.FS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := policy.Load(roles.FS, dir)
+	if err != nil || a != b {
+		t.Fatalf("the same files parsed again (%p, %p, %v)", a, b, err)
+	}
+	same := strings.Replace(impl, "12", "13", 1) // same size
+	os.WriteFile(filepath.Join(dir, "implementer.json"), []byte(same), 0o644)
+	c, err := policy.Load(roles.FS, dir)
+	if err != nil || c == a || role(t, c, "implementer").MaxSteps() != 13 {
+		t.Fatalf("a changed file was not parsed again: %v", err)
+	}
+	if d, err := policy.LoadRepo(roles.FS, dir); err != nil || d == c {
+		t.Fatalf("a repository's folder shares the operator's policy: %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, "reviewer.json"), []byte(`{"role": "reviewer", "maxSteps": "x"}`), 0o644)
+	for i := 0; i < 2; i++ {
+		if _, err := policy.Load(roles.FS, dir); err == nil || !strings.Contains(err.Error(), "reviewer.json") {
+			t.Fatalf("load %d of a broken folder: %v", i, err)
+		}
+	}
+	os.Remove(filepath.Join(dir, "reviewer.json"))
+	if e, err := policy.Load(roles.FS, dir); err != nil || e != c {
+		t.Fatalf("after the fix: %v (same policy as before the break: %v)", err, e == c)
+	}
+}
