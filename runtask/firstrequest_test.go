@@ -22,16 +22,25 @@ func setFaultHook(t *testing.T, hook func(point string)) {
 }
 
 // TestFirstRequestOverlapsTheTake: a new session's first model request
-// goes out while its worktree is taken (issue 23), and the run reads as
-// before: "start" is the first event, the transcript keeps its order, the
-// reply is acted on in the worktree it was taken for.
+// goes out while its start records are written and its worktree is taken
+// (issue 23), and the run reads as before: "start" is the first event, the
+// transcript keeps its order, the reply is acted on in the worktree it was
+// taken for.
 func TestFirstRequestOverlapsTheTake(t *testing.T) {
+	for _, at := range []string{faultStarted, faultAcquired} {
+		t.Run(at, func(t *testing.T) { firstRequestBefore(t, at) })
+	}
+}
+
+// firstRequestBefore runs a task whose run waits at fault point at until
+// the model has the first request.
+func firstRequestBefore(t *testing.T, at string) {
 	f := newFixture(t)
 	requested := make(chan struct{})
 	var once sync.Once
 	var late bool
 	setFaultHook(t, func(point string) {
-		if point != faultAcquired {
+		if point != at {
 			return
 		}
 		select { // the worktree is taken: the request is already out
@@ -55,7 +64,7 @@ func TestFirstRequestOverlapsTheTake(t *testing.T) {
 		t.Fatal(err)
 	}
 	if late {
-		t.Error("the first request was not sent before the worktree was taken")
+		t.Errorf("the first request was not sent before fault point %s", at)
 	}
 	if res.Status != runrec.StatusSucceeded || res.Steps != 2 || strings.Join(res.FilesChanged, ",") != "one.txt" {
 		t.Fatalf("run: %s after %d steps, files %v: %s", res.Status, res.Steps, res.FilesChanged, res.Error)

@@ -423,24 +423,30 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if err != nil {
 		return runrec.Result{}, err
 	}
-	closeFolder, err := r.openRunFolder()
-	if err != nil {
-		return runrec.Result{}, err
+	// A new round's opening needs neither the records nor a worktree: its
+	// first request goes out while they are written and the worktree is
+	// taken (sendFirst). A continued run checks its worktree for drift
+	// first.
+	var opening []openai.ChatCompletionMessage
+	if mode != modeContinue && r.task.Runtime != RuntimePi && !r.notesWaiting(ctx) {
+		opening, err = r.opening(ctx, mode)
+		if err == nil {
+			r.sendFirst(ctx, opening)
+		}
+	}
+	closeFolder, ferr := r.openRunFolder()
+	if ferr != nil {
+		r.dropFirst()
+		return runrec.Result{}, ferr
 	}
 	defer closeFolder()
-	if err := r.recordStart(ctx, mode); err != nil {
-		return runrec.Result{}, err
+	if rerr := r.recordStart(ctx, mode); rerr != nil {
+		r.dropFirst()
+		return runrec.Result{}, rerr
 	}
 	faultHook(faultStarted)
-	// A new round's opening needs no worktree: its first request goes out
-	// while the worktree is taken (sendFirst). A continued run checks its
-	// worktree for drift first.
-	if mode != modeContinue && r.task.Runtime != RuntimePi && !r.notesWaiting(ctx) {
-		msgs, err := r.opening(ctx, mode)
-		if err != nil {
-			return r.fail(ctx, err)
-		}
-		r.sendFirst(ctx, msgs)
+	if err != nil { // the opening failed: recorded as the run's failure
+		return r.fail(ctx, err)
 	}
 	closeWorktree, err := r.prepareWorktree(ctx, mode, secretEnv)
 	if err != nil {
