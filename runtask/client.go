@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -113,6 +114,7 @@ type httpClient struct {
 	limiter *AliasLimiter
 	slots   ModelSlots // nil: the bound holds in this process only
 	secret  string
+	freeing sync.WaitGroup // slots still being given back (Drain)
 }
 
 // NewClient returns the model client of spec: the replay model for
@@ -168,11 +170,22 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 	}
 	defer release()
 	if c.slots != nil && c.spec.MaxConcurrent > 0 {
+		// The last request's slot is back first: this client never
+		// competes with itself for one.
+		c.freeing.Wait()
 		free, err := c.slots.Acquire(ctx, c.spec.Alias, c.spec.MaxConcurrent)
 		if err != nil {
 			return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
 		}
-		defer free()
+		// Given back while the reply is acted on: the store's answer is
+		// not on the way to the next step. Drain waits for it.
+		c.freeing.Add(1)
+		defer func() {
+			go func() {
+				defer c.freeing.Done()
+				free()
+			}()
+		}()
 	}
 	creq := openai.ChatCompletionRequest{
 		Model:    c.spec.Model,
@@ -219,6 +232,10 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 	}
 	return reply, nil
 }
+
+// Drain waits until the slots of the client's finished requests are given
+// back to the store (a run waits for it before it returns).
+func (c *httpClient) Drain() { c.freeing.Wait() }
 
 // reasoningModel reports OpenAI model names that take max_completion_tokens.
 func reasoningModel(model string) bool {

@@ -16,6 +16,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
@@ -690,5 +691,62 @@ func TestMaxTokensField(t *testing.T) {
 		if raw := srv.Requests()[0].RawText; !strings.Contains(raw, tt.field) {
 			t.Errorf("%s: request lacks %s: %s", tt.model, tt.field, raw)
 		}
+	}
+}
+
+// slowSlots is a one-slot semaphore whose store answers a release late.
+type slowSlots struct {
+	mu                sync.Mutex
+	held, max, takes  int
+	overlap, releases int
+	releaseDelay      time.Duration
+}
+
+func (s *slowSlots) Acquire(ctx context.Context, alias string, max int) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.takes++
+	s.held++
+	if s.held > 1 {
+		s.overlap++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			time.Sleep(s.releaseDelay)
+			s.mu.Lock()
+			s.held--
+			s.releases++
+			s.mu.Unlock()
+		})
+	}, nil
+}
+
+// TestSlotsGivenBackBehindTheReply: a request's slot goes back to the
+// store while the reply is acted on, yet the client never holds two (its
+// next request waits for the last one's release) and a run returns only
+// when every slot it took is back.
+func TestSlotsGivenBackBehindTheReply(t *testing.T) {
+	srv := startFake(t, `{"turns": [
+		{"toolCalls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}]},
+		{"toolCalls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+		{"toolCalls": [{"name": "write_file", "arguments": {"path": "b.txt", "content": "b\n"}}]}
+	], "final": {"content": "done"}}`)
+	spec := testSpec(t, srv.URL())
+	spec.MaxConcurrent = 1
+	slots := &slowSlots{releaseDelay: 30 * time.Millisecond}
+	m := newTestClient(t, spec, nil, WithSlots(slots))
+	f := newFixture(t)
+	res, err := Run(context.Background(), f.opts(testTask("slots"), m))
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	slots.mu.Lock()
+	defer slots.mu.Unlock()
+	if slots.takes != 4 || slots.releases != 4 || slots.held != 0 {
+		t.Fatalf("%d slots taken, %d given back, %d still held when the run returned", slots.takes, slots.releases, slots.held)
+	}
+	if slots.overlap != 0 {
+		t.Fatalf("the client held two slots at once %d times", slots.overlap)
 	}
 }

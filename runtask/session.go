@@ -268,6 +268,11 @@ func (r *runner) warnf(format string, args ...any) {
 
 // run does the whole run; resumeID is set for an explicit Resume.
 func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, err error) {
+	defer func() { // the model slots the run's requests held are back when it returns
+		if d, ok := r.model.(interface{ Drain() }); ok {
+			d.Drain()
+		}
+	}()
 	t := r.task
 	r.repo, err = ResolveRepo(r.opts.Repo, t.Workspace, r.cfg)
 	if err != nil {
