@@ -90,7 +90,18 @@ func WithSlots(s ModelSlots) ClientOption {
 	return func(o *clientOptions) { o.slots = s }
 }
 
-// WithTransport sets the base transport (default http.DefaultTransport).
+// modelTransport is every model client's connection pool: Go's default
+// transport keeps only two idle connections per host, so with more
+// requests than that in flight to one server (a worker's concurrent runs)
+// the rest were closed after each answer and dialled again for the next.
+var modelTransport = func() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return t
+}()
+
+// WithTransport sets the base transport (default: one pool shared by the
+// process's model clients, keeping up to 64 idle connections per server).
 func WithTransport(rt http.RoundTripper) ClientOption {
 	return func(o *clientOptions) { o.transport = rt }
 }
@@ -136,7 +147,7 @@ func NewClient(spec ModelSpec, getenv func(string) string, opts ...ClientOption)
 			return nil, fmt.Errorf("model %s: the API key variable %s is not set (set it, or clear apiKeyEnv for a server without keys)", spec.Alias, spec.APIKeyEnv)
 		}
 	}
-	o := clientOptions{transport: http.DefaultTransport, sleep: sleepCtx, now: time.Now}
+	o := clientOptions{transport: modelTransport, sleep: sleepCtx, now: time.Now}
 	for _, f := range opts {
 		f(&o)
 	}

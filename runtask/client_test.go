@@ -5,12 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -748,5 +751,54 @@ func TestSlotsGivenBackBehindTheReply(t *testing.T) {
 	}
 	if slots.overlap != 0 {
 		t.Fatalf("the client held two slots at once %d times", slots.overlap)
+	}
+}
+
+// TestModelConnectionsReused: eight clients asking one server at once keep
+// their connections between requests (Go's default transport keeps two
+// idle ones per host and closes the rest, which the next requests dial
+// again).
+func TestModelConnectionsReused(t *testing.T) {
+	var dials atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(20 * time.Millisecond) // the eight requests overlap
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	const clients, rounds = 8, 5
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make(chan error, clients*rounds)
+	for i := 0; i < clients; i++ {
+		c := newTestClient(t, testSpec(t, srv.URL+"/v1"), nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for j := 0; j < rounds; j++ {
+				if _, err := c.Complete(context.Background(), ModelRequest{Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}); err != nil {
+					errs <- err
+				}
+				time.Sleep(10 * time.Millisecond) // the step's tools: every answer is back before the next request
+
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := dials.Load(); n > clients {
+		t.Fatalf("%d connections for %d clients × %d requests: answers did not keep theirs", n, clients, rounds)
 	}
 }
