@@ -700,7 +700,7 @@ func TestMaxTokensField(t *testing.T) {
 // slowSlots is a one-slot semaphore whose store answers a release late.
 type slowSlots struct {
 	mu                sync.Mutex
-	held, max, takes  int
+	held, takes       int
 	overlap, releases int
 	releaseDelay      time.Duration
 }
