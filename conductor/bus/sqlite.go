@@ -1,6 +1,7 @@
 package bus
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -30,8 +31,11 @@ const busyTimeout = 5 * time.Second
 type sqliteBackend struct {
 	path  string
 	sdb   *sql.DB
-	mu    sync.Mutex
+	mu    sync.Mutex // held by the writer committing a group
 	stmts *stmtCache
+
+	qmu   sync.Mutex // guards queue
+	queue []*pendingWrite
 }
 
 func openSQLite(dataRoot string) (*sqliteBackend, error) {
@@ -71,9 +75,90 @@ func (b *sqliteBackend) where() string { return b.path }
 func (b *sqliteBackend) close() error  { b.stmts.close(); return b.sdb.Close() }
 func (b *sqliteBackend) db() querier   { return sqlQuerier{q: b.sdb, stmts: b.stmts} }
 
-func (b *sqliteBackend) tx(ctx context.Context, fn func(q querier) error) (err error) {
+// tx runs fn in a write transaction. Writers of this process that arrive
+// while another holds the write lock are committed together: the next
+// holder runs every waiting fn in one transaction, each inside a savepoint
+// of its own (a failing fn is rolled back alone and gets its error), so the
+// WAL is fsynced once per group instead of once per write. Every fn
+// returns only after the commit that holds its writes.
+func (b *sqliteBackend) tx(ctx context.Context, fn func(q querier) error) error {
+	w := &pendingWrite{ctx: ctx, fn: fn, done: make(chan error, 1)}
+	b.qmu.Lock()
+	b.queue = append(b.queue, w)
+	b.qmu.Unlock()
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.qmu.Lock()
+	group := b.queue
+	b.queue = nil
+	b.qmu.Unlock()
+	if len(group) > 0 { // else an earlier holder committed ours
+		b.commitGroup(group)
+	}
+	b.mu.Unlock()
+	return <-w.done
+}
+
+// errGroupAborted is the outcome of a writer whose group's transaction
+// ended under another writer's failure: retryable, its writes are not kept.
+var errGroupAborted = errors.New("the write's group commit was aborted by another write; retrying")
+
+// pendingWrite is one writer waiting for its group's commit.
+type pendingWrite struct {
+	ctx  context.Context
+	fn   func(q querier) error
+	done chan error
+}
+
+// commitGroup runs the group's writes in one transaction and tells each
+// writer its outcome. A lone writer runs as a plain transaction.
+func (b *sqliteBackend) commitGroup(group []*pendingWrite) {
+	if len(group) == 1 {
+		group[0].done <- b.oneTx(group[0].ctx, group[0].fn)
+		return
+	}
+	tx, err := b.sdb.BeginTx(context.WithoutCancel(group[0].ctx), nil) // BEGIN IMMEDIATE (_txlock)
+	if err != nil {
+		for _, w := range group {
+			w.done <- err
+		}
+		return
+	}
+	q := sqlQuerier{q: tx, tx: tx, stmts: b.stmts}
+	errs := make([]error, len(group))
+	for i, w := range group {
+		if err := w.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := q.exec(w.ctx, "SAVEPOINT w"); err != nil {
+			errs[i] = err
+			continue
+		}
+		errs[i] = w.fn(q)
+		if errs[i] != nil {
+			_, err = q.exec(context.Background(), "ROLLBACK TO w")
+		}
+		if err == nil {
+			_, err = q.exec(context.Background(), "RELEASE w")
+		}
+		if err != nil {
+			// SQLite ended the transaction itself (some errors roll back
+			// all of it): nothing of the group is kept, and the writers
+			// whose own writes were fine write again.
+			tx.Rollback()
+			for j, w := range group {
+				w.done <- cmp.Or(errs[j], error(errGroupAborted))
+			}
+			return
+		}
+	}
+	cerr := tx.Commit()
+	for i, w := range group {
+		w.done <- cmp.Or(errs[i], cerr)
+	}
+}
+
+func (b *sqliteBackend) oneTx(ctx context.Context, fn func(q querier) error) (err error) {
 	tx, err := b.sdb.BeginTx(ctx, nil) // BEGIN IMMEDIATE (_txlock)
 	if err != nil {
 		return err
@@ -112,6 +197,9 @@ const (
 )
 
 func (b *sqliteBackend) retryable(err error) bool {
+	if errors.Is(err, errGroupAborted) {
+		return true
+	}
 	switch sqliteCode(err) {
 	case sqliteBusy, sqliteLocked, sqliteProtocol:
 		return true
