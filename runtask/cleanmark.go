@@ -44,6 +44,10 @@ type cleanMark struct {
 // kernel clocks tick every 1–10 ms; some file systems keep seconds).
 const racyWindow = 2 * time.Second
 
+// maxRacy bounds the entries a take compares with the base's content; a
+// mark with more (a worktree checked out a moment ago) is left to git.
+const maxRacy = 256
+
 // cleanMarks are this process's marks, by the worktree's private git dir
 // (unique per slot).
 var cleanMarks struct {
@@ -110,6 +114,15 @@ func (l *Lease) stillClean(ctx context.Context, m cleanMark, base string) bool {
 // there).
 func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 	since := m.at.Add(-racyWindow).UnixNano()
+	var racy []string
+	for p, k := range m.files {
+		if k.Mode&0o170000 != 0o040000 && (k.Ctime >= since || k.Mtime >= since || m.recheck[p]) {
+			racy = append(racy, p)
+		}
+	}
+	if len(racy) > maxRacy {
+		return false // git is cheaper than reading that much (a worktree just made)
+	}
 	var modes map[string]uint32
 	var objs *pgit.Objects
 	var tree string
@@ -118,10 +131,7 @@ func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 			objs.Close()
 		}
 	}()
-	for p, k := range m.files {
-		if k.Mode&0o170000 == 0o040000 || (k.Ctime < since && k.Mtime < since && !m.recheck[p]) {
-			continue
-		}
+	for _, p := range racy {
 		full := filepath.Join(l.Meta.Worktree, filepath.FromSlash(p))
 		if p == ".git" {
 			b, err := os.ReadFile(full)

@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,5 +230,35 @@ func TestCleanMarkOnlyFromAKnownState(t *testing.T) {
 	}
 	if _, ok := takeMark(l.Meta.GitDir); ok {
 		t.Fatal("a release by git left a mark")
+	}
+}
+
+// TestCleanMarkBoundsTheContentCheck: a mark whose racy entries are more
+// than maxRacy (a large worktree checked out a moment ago) is left to git
+// rather than read file by file.
+func TestCleanMarkBoundsTheContentCheck(t *testing.T) {
+	ctx := context.Background()
+	p, repo, _ := restoreRepo(t)
+	for i := 0; i <= maxRacy; i++ {
+		write(t, filepath.Join(repo, "many", fmt.Sprintf("f%03d.txt", i)), fmt.Sprintln(i))
+	}
+	git(t, repo, "add", "-A")
+	git(t, repo, "commit", "-q", "-m", "many")
+	base := git(t, repo, "rev-parse", "HEAD")
+	l, err := p.Acquire(ctx, base, "demo/s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseKnown(ctx, fileRun(t, l.Dir())); err != nil {
+		t.Fatal(err)
+	}
+	ran := gitCounted(t)
+	l2, err := p.Acquire(ctx, base, "demo/s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Release(ctx)
+	if !ran() {
+		t.Fatal("the take compared every racy file instead of asking git")
 	}
 }
