@@ -124,13 +124,8 @@ func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 		return false // git is cheaper than reading that much (a worktree just made)
 	}
 	var modes map[string]uint32
-	var objs *pgit.Objects
-	var tree string
-	defer func() {
-		if objs != nil {
-			objs.Close()
-		}
-	}()
+	blobs := &baseBlobs{ctx: ctx, repo: l.pool.Repo, base: m.base}
+	defer blobs.close()
 	for _, p := range racy {
 		full := filepath.Join(l.Meta.Worktree, filepath.FromSlash(p))
 		if p == ".git" {
@@ -140,7 +135,7 @@ func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 			}
 			continue
 		}
-		if objs == nil {
+		if modes == nil {
 			ix, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "index"))
 			if err != nil || sha256.Sum256(ix) != m.index {
 				return false
@@ -149,14 +144,8 @@ func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 			if pgit.IndexEntries(ix, func(mode uint32, name string) { modes[name] = mode }) != nil {
 				return false
 			}
-			objs = pgit.NewObjects(ctx, l.pool.Repo)
-			t, err := objs.Get(m.base + "^{tree}")
-			if err != nil || t.ID == "" {
-				return false
-			}
-			tree = t.ID
 		}
-		o, err := objs.Get(tree + ":" + p) // by the tree's id: read in process
+		o, err := blobs.get(p)
 		if err != nil || o.ID == "" || o.Type != "blob" {
 			return false
 		}

@@ -45,6 +45,37 @@ func fileRun(t *testing.T, wt string) []string {
 	return []string{"main.go", "notes/n1.md", "build/out.log"}
 }
 
+// marked takes a worktree of a fresh pool and puts it back after a
+// file-tools-only run: it carries a clean mark.
+func marked(t *testing.T) (*Pool, *Lease, string) {
+	t.Helper()
+	p, _, base := restoreRepo(t)
+	l, err := p.Acquire(context.Background(), base, "demo/s0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ReleaseKnown(context.Background(), fileRun(t, l.Dir())); err != nil {
+		t.Fatal(err)
+	}
+	return p, l, base
+}
+
+// takeAsksGit fails unless the next take of p at base runs git, and
+// leaves the worktree it gets exactly the base.
+func takeAsksGit(t *testing.T, p *Pool, base, why string) {
+	t.Helper()
+	ran := gitCounted(t)
+	l, err := p.Acquire(context.Background(), base, "demo/s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	if !ran() {
+		t.Fatal(why)
+	}
+	clean(t, l.Dir(), base)
+}
+
 // TestCleanMarkSkipsGit: a worktree put back by ReleaseKnown is taken again
 // by this process without git, as long as nothing changed it, take after
 // take; it is exactly the base each time.
@@ -79,7 +110,6 @@ func TestCleanMarkSkipsGit(t *testing.T) {
 // untracked or ignored file, a file turned into a link, a mode, the index,
 // HEAD, the worktree's .git — the next take asks git, which puts it right.
 func TestCleanMarkCatchesChanges(t *testing.T) {
-	ctx := context.Background()
 	cases := []struct {
 		name   string
 		change func(t *testing.T, l *Lease)
@@ -110,28 +140,9 @@ func TestCleanMarkCatchesChanges(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p, _, base := restoreRepo(t)
-			l, err := p.Acquire(ctx, base, "demo/s0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			wt := l.Dir()
-			if err := l.ReleaseKnown(ctx, fileRun(t, wt)); err != nil {
-				t.Fatal(err)
-			}
+			p, l, base := marked(t)
 			c.change(t, l)
-			ran := gitCounted(t)
-			l2, err := p.Acquire(ctx, base, "demo/s1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l2.Release(ctx)
-			if !ran() {
-				t.Fatal("the take used the mark: no git ran")
-			}
-			if l2.Dir() == wt {
-				clean(t, wt, base)
-			}
+			takeAsksGit(t, p, base, "the take used the mark: no git ran")
 		})
 	}
 }
@@ -141,7 +152,6 @@ func TestCleanMarkCatchesChanges(t *testing.T) {
 // the change) is caught by comparing racy entries, and the paths the
 // release put back whatever their times, with the base's content.
 func TestCleanMarkRacyEntries(t *testing.T) {
-	ctx := context.Background()
 	for _, c := range []struct {
 		name, path string
 		at         time.Duration // the mark's scan time, from now
@@ -150,15 +160,8 @@ func TestCleanMarkRacyEntries(t *testing.T) {
 		{"put-back file, not racy", "main.go", time.Hour},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			p, _, base := restoreRepo(t)
-			l, err := p.Acquire(ctx, base, "demo/s0")
-			if err != nil {
-				t.Fatal(err)
-			}
+			p, l, base := marked(t)
 			wt := l.Dir()
-			if err := l.ReleaseKnown(ctx, fileRun(t, wt)); err != nil {
-				t.Fatal(err)
-			}
 			m, ok := takeMark(l.Meta.GitDir)
 			if !ok || !m.recheck["main.go"] {
 				t.Fatalf("no mark, or main.go not to recheck: %v %v", ok, m.recheck)
@@ -172,18 +175,7 @@ func TestCleanMarkRacyEntries(t *testing.T) {
 			}
 			m.files, m.at = stats, time.Now().Add(c.at)
 			putMark(l.Meta.GitDir, m)
-			ran := gitCounted(t)
-			l2, err := p.Acquire(ctx, base, "demo/s1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l2.Release(ctx)
-			if !ran() {
-				t.Fatal("the take used the mark over a changed file")
-			}
-			if l2.Dir() == wt {
-				clean(t, wt, base)
-			}
+			takeAsksGit(t, p, base, "the take used the mark over a changed file")
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/conductor-dev/conductor/patch"
 	pgit "github.com/conductor-dev/conductor/patch/git"
 )
 
@@ -92,6 +93,38 @@ func (l *Lease) leaveMark(paths []string) {
 	}
 }
 
+// baseBlobs reads paths of a lease's base tree, opening the object reader
+// at the first read.
+type baseBlobs struct {
+	ctx  context.Context
+	repo patch.Git
+	base string
+	objs *pgit.Objects
+	tree string
+}
+
+// get returns the object at p in the base tree (ID "" when it has none).
+func (b *baseBlobs) get(p string) (pgit.Object, error) {
+	if b.objs == nil {
+		b.objs = pgit.NewObjects(b.ctx, b.repo)
+		t, err := b.objs.Get(b.base + "^{tree}")
+		if err != nil {
+			return pgit.Object{}, err
+		}
+		if t.ID == "" {
+			return pgit.Object{}, fmt.Errorf("base %s has no tree", b.base)
+		}
+		b.tree = t.ID
+	}
+	return b.objs.Get(b.tree + ":" + p) // by the tree's id: read in process
+}
+
+func (b *baseBlobs) close() {
+	if b.objs != nil {
+		b.objs.Close()
+	}
+}
+
 // restorePaths puts each path back as the base has it.
 func (l *Lease) restorePaths(ctx context.Context, paths []string) error {
 	if len(paths) == 0 {
@@ -121,13 +154,8 @@ func (l *Lease) restorePaths(ctx context.Context, paths []string) error {
 		return err
 	}
 	defer root.Close()
-	var objs *pgit.Objects
-	var baseTree string
-	defer func() {
-		if objs != nil {
-			objs.Close()
-		}
-	}()
+	blobs := &baseBlobs{ctx: ctx, repo: l.pool.Repo, base: l.Meta.Base}
+	defer blobs.close()
 	for _, p := range paths {
 		if !restorable(p) {
 			return fmt.Errorf("path %q cannot be restored in process", p)
@@ -143,18 +171,7 @@ func (l *Lease) restorePaths(ctx context.Context, paths []string) error {
 			removeEmptyParents(root, p, dirs)
 			continue
 		}
-		if objs == nil {
-			objs = pgit.NewObjects(ctx, l.pool.Repo)
-			t, err := objs.Get(l.Meta.Base + "^{tree}")
-			if err != nil {
-				return err
-			}
-			if t.ID == "" {
-				return fmt.Errorf("base %s has no tree", l.Meta.Base)
-			}
-			baseTree = t.ID
-		}
-		if err := restoreTracked(root, objs, baseTree, p, mode); err != nil {
+		if err := restoreTracked(root, blobs, p, mode); err != nil {
 			return err
 		}
 	}
@@ -200,7 +217,7 @@ func removeEmptyParents(root *os.Root, p string, dirs map[string]bool) {
 
 // restoreTracked writes a tracked path's content in the base tree with its
 // mode.
-func restoreTracked(root *os.Root, objs *pgit.Objects, tree, p string, mode uint32) error {
+func restoreTracked(root *os.Root, blobs *baseBlobs, p string, mode uint32) error {
 	var perm os.FileMode
 	switch mode & 0o170000 {
 	case 0o100000:
@@ -212,7 +229,7 @@ func restoreTracked(root *os.Root, objs *pgit.Objects, tree, p string, mode uint
 	default:
 		return fmt.Errorf("%s: mode %o is not restored in process", p, mode)
 	}
-	o, err := objs.Get(tree + ":" + p)
+	o, err := blobs.get(p)
 	if err != nil {
 		return err
 	}
