@@ -798,7 +798,10 @@ func TestModelConnectionsReused(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n := dials.Load(); n > clients {
+	// Each client needs one; a few more may be dialled while an answered
+	// connection is still on its way back to the pool. Closing the answered
+	// ones makes it six more every round.
+	if n := dials.Load(); n >= 2*clients {
 		t.Fatalf("%d connections for %d clients × %d requests: answers did not keep theirs", n, clients, rounds)
 	}
 }
