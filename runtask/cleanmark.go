@@ -73,17 +73,18 @@ func takeMark(gitDir string) (cleanMark, bool) {
 	return m, ok
 }
 
-// gitDirState reads what a mark keeps of the worktree's git dir.
-func (l *Lease) gitDirState() (head string, index [sha256.Size]byte, ok bool) {
+// gitDirState reads what a mark keeps of the worktree's git dir: HEAD and
+// the index (the caller hashes it).
+func (l *Lease) gitDirState() (head string, index []byte, ok bool) {
 	h, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "HEAD"))
 	if err != nil {
-		return "", index, false
+		return "", nil, false
 	}
 	ix, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "index"))
 	if err != nil {
-		return "", index, false
+		return "", nil, false
 	}
-	return string(h), sha256.Sum256(ix), true
+	return string(h), ix, true
 }
 
 // markHere is the mark of the worktree as the lease's last scan saw it,
@@ -93,7 +94,7 @@ func (l *Lease) markHere(base string) *cleanMark {
 	if !ok || l.scan == nil {
 		return nil
 	}
-	return &cleanMark{base: base, files: l.scan, at: l.scanAt, head: head, index: index}
+	return &cleanMark{base: base, files: l.scan, at: l.scanAt, head: head, index: sha256.Sum256(index)}
 }
 
 // stillClean reports whether the worktree, as the take's scan saw it, is
@@ -102,17 +103,21 @@ func (l *Lease) stillClean(ctx context.Context, m cleanMark, base string) bool {
 	if m.base != base || l.Meta.Base != base || l.scan == nil || !m.files.Equal(l.scan) {
 		return false
 	}
-	if head, index, ok := l.gitDirState(); !ok || head != m.head || head != base+"\n" || index != m.index {
+	head, index, ok := l.gitDirState()
+	if !ok || head != m.head || head != base+"\n" || sha256.Sum256(index) != m.index {
 		return false
 	}
-	return l.racyUnchanged(ctx, m)
+	return l.racyUnchanged(ctx, m, index)
 }
 
 // racyUnchanged compares each racy entry of m, and each it names for a
 // recheck, with the base: a link's target, a file's content and
 // executable bit (the worktree's own .git with what the conductor writes
 // there).
-func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
+//
+// index is the worktree's index as stillClean read it (the mark's): the
+// modes come from it.
+func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark, index []byte) bool {
 	since := m.at.Add(-racyWindow).UnixNano()
 	var racy []string
 	for p, k := range m.files {
@@ -136,12 +141,8 @@ func (l *Lease) racyUnchanged(ctx context.Context, m cleanMark) bool {
 			continue
 		}
 		if modes == nil {
-			ix, err := os.ReadFile(filepath.Join(l.Meta.GitDir, "index"))
-			if err != nil || sha256.Sum256(ix) != m.index {
-				return false
-			}
 			modes = map[string]uint32{}
-			if pgit.IndexEntries(ix, func(mode uint32, name string) { modes[name] = mode }) != nil {
+			if pgit.IndexEntries(index, func(mode uint32, name string) { modes[name] = mode }) != nil {
 				return false
 			}
 		}

@@ -374,8 +374,9 @@ func (p *Pool) create(ctx context.Context, base, owner string) (*Lease, error) {
 		return nil, err
 	}
 	// Just checked out by git, nothing else has written here: the state
-	// a release can leave a clean mark from (a hazard here leaves none).
-	if l.checkHazards(true) == nil {
+	// a release can leave a clean mark from (a hazard here leaves none;
+	// a pool that keeps nothing never takes it again).
+	if p.MaxCount > 0 && l.checkHazards(true) == nil {
 		l.verified = l.markHere(base)
 	}
 	return l, nil
@@ -469,37 +470,43 @@ func (l *Lease) prepare(ctx context.Context, base string) error {
 	if err := l.baseline(ctx); err != nil {
 		return err
 	}
-	scanned := true // the scan is of the worktree as handed out
-	switch {
-	case marked && l.stillClean(ctx, mark, base):
-	default:
-		if l.Meta.Base != base {
-			scanned = false
-			if _, err := l.Git.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
-				if err := l.reset(ctx, base); err != nil {
-					return err
-				}
-			}
+	if !marked || !l.stillClean(ctx, mark, base) {
+		moved, err := l.moveAndVerify(ctx, base)
+		if err != nil {
+			return err
 		}
-		if err := l.verify(ctx, base); err != nil {
-			scanned = false
-			if err := l.reset(ctx, base); err != nil {
-				return err
-			}
-			if err := l.verify(ctx, base); err != nil {
-				return err
-			}
+		if moved {
+			l.scan = nil // the scan is of the worktree before git changed it
 		}
 	}
-	if scanned {
-		l.verified = l.markHere(base) // after verify: status may refresh the index
-	}
+	l.verified = l.markHere(base) // after verify: status may refresh the index
 	l.Meta.Base = base
 	if l.Meta.Base == before.Base && l.Meta.StashCount == before.StashCount && l.Meta.StashTip == before.StashTip &&
 		slices.Equal(l.Meta.Branches, before.Branches) {
 		return nil // what takeFree wrote still holds
 	}
 	return l.pool.writeMeta(l.Meta)
+}
+
+// moveAndVerify checks out base when the worktree is elsewhere and
+// verifies it, resetting it when it is not exactly base; moved reports
+// whether git changed the worktree.
+func (l *Lease) moveAndVerify(ctx context.Context, base string) (moved bool, err error) {
+	if l.Meta.Base != base {
+		moved = true
+		if _, err := l.Git.Run(ctx, "checkout", "-f", "-q", "--detach", base, "--"); err != nil {
+			if err := l.reset(ctx, base); err != nil {
+				return moved, err
+			}
+		}
+	}
+	if err := l.verify(ctx, base); err != nil {
+		if err := l.reset(ctx, base); err != nil {
+			return true, err
+		}
+		return true, l.verify(ctx, base)
+	}
+	return moved, nil
 }
 
 // checkHazards refuses a worktree that holds anything host git must never
@@ -516,8 +523,7 @@ func (l *Lease) checkHazards(stats bool) error {
 	var hs []patch.Hazard
 	var err error
 	if stats {
-		at := time.Now()
-		l.scan, l.scanAt = nil, at
+		l.scanAt = time.Now()
 		hs, l.scan, err = patch.ScanWorktreeStats(wt)
 	} else {
 		hs, err = patch.ScanWorktree(wt, patch.ScanOptions{})

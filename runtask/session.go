@@ -432,26 +432,26 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	// first request goes out while they are written and the worktree is
 	// taken (sendFirst). A continued run checks its worktree for drift
 	// first.
-	var opening []openai.ChatCompletionMessage
+	var openErr error // recorded as the run's failure once the run folder exists
 	if mode != modeContinue && r.task.Runtime != RuntimePi && !r.notesWaiting(ctx) {
-		opening, err = r.opening(ctx, mode)
-		if err == nil {
-			r.sendFirst(ctx, opening)
+		var msgs []openai.ChatCompletionMessage
+		if msgs, openErr = r.opening(ctx, mode); openErr == nil {
+			r.sendFirst(ctx, msgs)
 		}
 	}
-	closeFolder, ferr := r.openRunFolder()
-	if ferr != nil {
+	closeFolder, err := r.openRunFolder()
+	if err != nil {
 		r.dropFirst()
-		return runrec.Result{}, ferr
+		return runrec.Result{}, err
 	}
 	defer closeFolder()
-	if rerr := r.recordStart(ctx, mode); rerr != nil {
+	if err := r.recordStart(ctx, mode); err != nil {
 		r.dropFirst()
-		return runrec.Result{}, rerr
+		return runrec.Result{}, err
 	}
 	faultHook(faultStarted)
-	if err != nil { // the opening failed: recorded as the run's failure
-		return r.fail(ctx, err)
+	if openErr != nil {
+		return r.fail(ctx, openErr)
 	}
 	closeWorktree, err := r.prepareWorktree(ctx, mode, secretEnv)
 	if err != nil {

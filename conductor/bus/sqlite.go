@@ -135,13 +135,14 @@ func (b *sqliteBackend) commitGroup(group []*pendingWrite) {
 			continue
 		}
 		errs[i] = w.fn(q)
+		var serr error // of the savepoint's own statements
 		if errs[i] != nil {
-			_, err = q.exec(context.Background(), "ROLLBACK TO w")
+			_, serr = q.exec(context.Background(), "ROLLBACK TO w")
 		}
-		if err == nil {
-			_, err = q.exec(context.Background(), "RELEASE w")
+		if serr == nil {
+			_, serr = q.exec(context.Background(), "RELEASE w")
 		}
-		if err != nil {
+		if serr != nil {
 			// SQLite ended the transaction itself (some errors roll back
 			// all of it): nothing of the group is kept, and the writers
 			// whose own writes were fine write again.
