@@ -46,6 +46,13 @@ type SlotUse = bus.SlotUse
 // processes of this machine that are gone.
 const reclaimEvery = 2 * time.Second
 
+// deadGrace is how long a holder must have been seen gone before its slot
+// is freed. A killed process's connections close as it dies, but the
+// model server notices only when it next looks (between tokens, or when
+// the scheduler runs its handler): freeing the slot at once would let the
+// next request reach the server while it still answers the dead one.
+const deadGrace = time.Second
+
 // DefaultSlotTTL is a model slot's lease: renewed every third of it while
 // the request runs, so only a holder that died (or lost the store for that
 // long) loses it.
@@ -67,6 +74,9 @@ type ModelSlots struct {
 	seq  atomic.Int64
 	mu   sync.Mutex
 	down bool // an outage is being waited out (logged once)
+	// gone holds when each dead holder (alias, holder) was first seen
+	// gone; its slot is freed deadGrace later.
+	gone map[[2]string]time.Time
 }
 
 // NewHolder names one acquisition: host:pid:n:random:boot, so that an
@@ -114,26 +124,59 @@ func deadHolder(holder string) bool {
 }
 
 // reclaimDead frees alias's slots whose holders died on this machine (a
-// killed conductor's request): a resumed run need not wait out their
-// leases. It reports whether it freed any.
-func (m *ModelSlots) reclaimDead(ctx context.Context, alias string) bool {
+// killed conductor's request) at least deadGrace ago: a resumed run need
+// not wait out their leases. It reports whether it freed any, and whether
+// a holder seen gone waits out its grace (the caller looks again then).
+func (m *ModelSlots) reclaimDead(ctx context.Context, alias string) (freed, pending bool) {
 	uses, err := m.Store.SlotsInUse(ctx)
 	if err != nil {
-		return false
+		return false, false
 	}
-	freed := false
+	now := time.Now()
+	seen := map[[2]string]bool{}
 	for _, u := range uses {
 		if u.Name != alias {
 			continue
 		}
 		for _, h := range u.Holders {
-			if deadHolder(h) && m.Store.ReleaseSlot(ctx, alias, h) == nil {
+			if !deadHolder(h) {
+				continue
+			}
+			key := [2]string{alias, h}
+			seen[key] = true
+			if first, ok := m.firstGone(key, now); !ok || now.Sub(first) < deadGrace {
+				pending = true
+				continue
+			}
+			if m.Store.ReleaseSlot(ctx, alias, h) == nil {
 				m.log().Info("freed the model slot of a process that is gone", "alias", alias, "holder", h)
 				freed = true
 			}
 		}
 	}
-	return freed
+	m.mu.Lock()
+	for key := range m.gone {
+		if key[0] == alias && !seen[key] {
+			delete(m.gone, key) // freed, or its lease ran out
+		}
+	}
+	m.mu.Unlock()
+	return freed, pending
+}
+
+// firstGone reports when key's holder was first seen gone, recording now
+// when it was not seen before (ok is then false).
+func (m *ModelSlots) firstGone(key [2]string, now time.Time) (first time.Time, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if first, ok = m.gone[key]; ok {
+		return first, true
+	}
+	if m.gone == nil {
+		m.gone = map[[2]string]time.Time{}
+	}
+	m.gone[key] = now
+	return now, false
 }
 
 func (m *ModelSlots) ttl() time.Duration {
@@ -197,8 +240,12 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 			return m.hold(ctx, alias, holder, ttl), nil
 		case time.Now().After(nextReclaim):
 			nextReclaim = time.Now().Add(reclaimEvery)
-			if m.reclaimDead(ctx, alias) {
+			freed, pending := m.reclaimDead(ctx, alias)
+			if freed {
 				continue
+			}
+			if pending {
+				nextReclaim = time.Now().Add(deadGrace)
 			}
 			fallthrough
 		default:

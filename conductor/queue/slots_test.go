@@ -224,7 +224,8 @@ func (m *mapSlots) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
 
 // TestModelSlotsReclaimDeadHolders: a slot held by a process of this
 // machine that is gone (a killed conductor) is freed for the next request
-// at once, not after its lease; a slot whose holder may still live (its
+// after deadGrace (the model server has had time to notice the dropped
+// connection), not after its lease; a slot whose holder may still live (its
 // pid exists, another machine or boot, an old holder name) is waited for.
 func TestModelSlotsReclaimDeadHolders(t *testing.T) {
 	if bootID() == "" {
@@ -262,12 +263,16 @@ func TestModelSlotsReclaimDeadHolders(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), wait)
 			defer cancel()
+			start := time.Now()
 			release, err := m.Acquire(ctx, "m", 1)
 			if tc.freed {
 				if err != nil {
 					t.Fatalf("the dead holder's slot was not freed: %v", err)
 				}
 				release()
+				if d := time.Since(start); d < deadGrace {
+					t.Fatalf("the dead holder's slot was freed after %v, before its grace of %v", d, deadGrace)
+				}
 				return
 			}
 			if err == nil {
