@@ -139,6 +139,7 @@ type dockerJob struct {
 	mem     int64        // the container's memory limit now (docker update changes it per command)
 	memFile string       // host cgroup file counting OOM kills ("" when not found)
 	pidFile string       // host cgroup file counting refused forks ("" when not found)
+	freezer *freezer     // the container's cgroup freezer (nil when not found)
 	dead    atomic.Bool  // removed or failed: the next Run makes a new one
 }
 
@@ -653,6 +654,9 @@ func (b *dockerBackend) start(ctx context.Context, c *dockerJob, p plan, m docke
 		time.Sleep(dockerPoll)
 	}
 	c.memFile, c.pidFile = cgroupCounters(pid)
+	if f, ok := cgroupFreezer(pid); ok {
+		c.freezer = &f
+	}
 	c.mem = d.MemoryBytes
 	return nil
 }
@@ -694,6 +698,17 @@ func nsProcesses(ns string) []int {
 // whether they were all gone within grace.
 func (c *dockerJob) killRest(grace time.Duration) bool {
 	deadline := time.Now().Add(grace)
+	if f := c.freezer; f != nil {
+		// Frozen, nothing forks: one pass reaches every process.
+		if f.freeze() {
+			for _, pid := range f.procs() {
+				if !c.keep[pid] {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		f.thaw()
+	}
 	for {
 		rest := 0
 		for _, pid := range nsProcesses(c.pidNS) {

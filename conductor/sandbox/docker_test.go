@@ -521,6 +521,45 @@ func TestDockerForkBombIsBounded(t *testing.T) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("after the bomb: %v %+v", err, res)
 	}
+	// Killed one by one from outside, a bomb under load outlives the
+	// kill's grace (it refills each pid freed between two scans): the
+	// container's cgroup is frozen first, wherever the host has a freezer.
+	if pathExists("/sys/fs/cgroup/freezer") || pathExists("/sys/fs/cgroup/cgroup.controllers") {
+		for name, c := range sb.boxes {
+			if c.freezer == nil {
+				t.Errorf("container %s: no cgroup freezer found, on a host that has one", name)
+			}
+		}
+	}
+}
+
+// TestDockerKillOfAForkBombUnderLoad: a fork bomb with room to grow (a
+// process limit of 256, as the escape suite's) is killed whole when it
+// ends, also beside CPU hogs that slow the conductor's kill: no "still
+// alive after the kill" error.
+func TestDockerKillOfAForkBombUnderLoad(t *testing.T) {
+	sb := dockerBox(t, func(o *Options) { o.Docker.PidsLimit = 256 })
+	toolDir, et := escapeTool(t)
+	wt := worktree(t)
+	for range 2 {
+		hog := exec.Command("sh", "-c", "while :; do :; done")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+	}
+	for range 3 {
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "forkbomb"}, Timeout: 2 * time.Second, OutputLimit: 4096})
+		if err != nil {
+			t.Fatalf("the bomb's kill: %v", err)
+		}
+		if res.Outcome != OutcomePidsExceeded && res.Outcome != OutcomeTimeout {
+			t.Fatalf("fork bomb: %+v, want it stopped by the process limit or the timeout", res)
+		}
+		if pids := survivors(filepath.Join(toolDir, "escapetool") + "\x00forkbomb"); len(pids) > 0 {
+			t.Fatalf("ESCAPE: %d fork bomb processes survived", len(pids))
+		}
+	}
 }
 
 func TestDockerMemoryBombIsContained(t *testing.T) {
