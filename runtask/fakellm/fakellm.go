@@ -75,5 +75,8 @@ func (s *Server) Peak() int { return s.h.Peak() }
 // ResetPeak starts a new peak from the requests in flight now.
 func (s *Server) ResetPeak() { s.h.ResetPeak() }
 
+// AtPeak lists the chat completions in flight when the peak was reached.
+func (s *Server) AtPeak() []RecordedRequest { return s.h.AtPeak() }
+
 // Close stops the server.
 func (s *Server) Close() { s.srv.Close() }

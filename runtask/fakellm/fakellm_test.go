@@ -342,6 +342,9 @@ func TestPeakConcurrency(t *testing.T) {
 	if srv.Peak() != 3 {
 		t.Errorf("three in flight: peak %d", srv.Peak())
 	}
+	if at := srv.AtPeak(); len(at) != 3 || at[0].Remote == "" || !at[0].End.IsZero() {
+		t.Errorf("at the peak: %d requests (%+v), want the 3 open ones with their clients", len(at), at)
+	}
 	cancel()
 	for i := 0; i < 3; i++ {
 		<-done
@@ -351,6 +354,9 @@ func TestPeakConcurrency(t *testing.T) {
 	}
 	if srv.Peak() != 3 {
 		t.Errorf("after the clients left: peak %d, want 3", srv.Peak())
+	}
+	if at := srv.AtPeak(); len(at) != 3 || at[0].End.IsZero() || at[0].Status != 499 {
+		t.Errorf("at the peak, after the clients left: %+v, want 3 ended with 499", at)
 	}
 	srv.ResetPeak()
 	if srv.Peak() != 0 {

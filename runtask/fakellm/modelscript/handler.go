@@ -35,8 +35,11 @@ type RecordedRequest struct {
 	// Turn is the index of the script turn that answered; -1 for the final
 	// answer, -2 when no turn was consumed (other endpoints, bad requests).
 	Turn int `json:"turn"`
-	// Status is the HTTP status answered.
+	// Status is the HTTP status answered (499: the client went away).
 	Status int `json:"status"`
+	// Remote is the client's address; Start and End bound the answer.
+	Remote     string    `json:"remote,omitempty"`
+	Start, End time.Time `json:"-"`
 }
 
 // ChatRequest is the part of a chat completion request tests look at.
@@ -183,6 +186,7 @@ type Handler struct {
 	served     map[int]int // turn index → times served
 	inFlight   int         // chat completions being answered now
 	peak       int         // the most answered at once since NewHandler or ResetPeak
+	peakAt     time.Time   // when peak was reached
 }
 
 // NewHandler returns a handler playing s. The script must be valid.
@@ -254,12 +258,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := RecordedRequest{
 		Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(),
 		Raw: json.RawMessage(body), RawText: string(body), Turn: -2,
+		Remote: r.RemoteAddr, Start: time.Now(),
 	}
 	chat := strings.TrimSuffix(r.URL.Path, "/") == "/v1/chat/completions" && r.Method == http.MethodPost
 	if chat {
 		h.mu.Lock()
 		h.inFlight++
-		h.peak = max(h.peak, h.inFlight)
+		if h.inFlight > h.peak {
+			h.peak, h.peakAt = h.inFlight, rec.Start
+		}
 		h.mu.Unlock()
 	}
 	status := h.serve(w, r, body, &rec)
@@ -269,6 +276,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.requests[rec.Index].Status = status
 	h.requests[rec.Index].Turn = rec.Turn
+	h.requests[rec.Index].End = time.Now()
 	h.mu.Unlock()
 }
 
@@ -292,7 +300,21 @@ func (h *Handler) Peak() int {
 func (h *Handler) ResetPeak() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.peak = h.inFlight
+	h.peak, h.peakAt = h.inFlight, time.Now()
+}
+
+// AtPeak lists the chat completions that were being answered when the
+// peak was reached: what a test shows when a bound was passed.
+func (h *Handler) AtPeak() []RecordedRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []RecordedRequest
+	for _, r := range h.requests {
+		if r.Body != nil && !r.Start.After(h.peakAt) && (r.End.IsZero() || r.End.After(h.peakAt)) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // record stores rec and gives it its index.
