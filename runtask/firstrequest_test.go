@@ -160,3 +160,45 @@ func (b *blockingModel) Complete(ctx context.Context, req ModelRequest) (ModelRe
 		return callReply(ToolWriteFile, map[string]any{"path": "late.txt", "content": "x"}), nil
 	}
 }
+
+// TestLoopDoneBeforeTheFinish: Options.LoopDone is called once, after the
+// model's last answer and before the patch is extracted and the final
+// record written (the queue then hands the job's lane to its next job),
+// and the run's outcome is the same.
+func TestLoopDoneBeforeTheFinish(t *testing.T) {
+	f := newFixture(t)
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		func(ModelRequest) (ModelReply, error) {
+			return callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}), nil
+		},
+		finalTurn("done"),
+	}}
+	opts := f.opts(testTask("handoff"), m)
+	var calls, asked int
+	var patchThen, resultThen string
+	opts.LoopDone = func() {
+		calls++
+		asked = len(m.requests())
+		dir := runrec.Dir(filepath.Join(f.data, "runs", opts.RunID))
+		if _, err := os.Stat(dir.Path(runrec.PatchFile)); err == nil {
+			patchThen = "written"
+		}
+		if r, err := dir.ReadResult(); err == nil {
+			resultThen = r.Status
+		}
+	}
+	opts.RunID = "r-handoff"
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != runrec.StatusSucceeded || strings.Join(res.FilesChanged, ",") != "one.txt" {
+		t.Fatalf("run: %s, files %v: %s", res.Status, res.FilesChanged, res.Error)
+	}
+	if calls != 1 || asked != 2 {
+		t.Fatalf("LoopDone called %d times, after %d model requests; want once, after 2", calls, asked)
+	}
+	if patchThen != "" || runrec.Final(resultThen) {
+		t.Fatalf("at LoopDone the patch was %q and the record %q: the finish had begun", patchThen, resultThen)
+	}
+}

@@ -59,6 +59,10 @@ type Options struct {
 	// RunRowPut, when set, hears each write of the run's row to Store and
 	// its outcome (the queue's completion then skips writing the same row).
 	RunRowPut func(row bus.Run, err error)
+	// LoopDone, when set, is called once the model conversation has ended
+	// (no more model requests), before the patch is extracted and the
+	// records written: the queue hands the job's lane to its next job.
+	LoopDone func()
 
 	FollowUp     string // a refinement round: the session continues with this user message
 	KeepWorktree bool   // keep the worktree after the run (it stays with the session)
@@ -473,6 +477,9 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
 	r.announced.Store(true)
 	status, msg := sess.Turn(ctx)
+	if r.opts.LoopDone != nil {
+		r.opts.LoopDone()
+	}
 	return r.finish(ctx, status, msg)
 }
 

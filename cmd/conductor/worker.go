@@ -35,7 +35,8 @@ func newWorkerCmd(d *deps) *cli.Command {
 			"SIGTERM: stop taking jobs, let running ones checkpoint at their next step and\n" +
 			"hand them back to the queue, exit within --grace. See docs/queue.md.",
 		Flags: append(append(queueFlags(), runTaskFlags()...),
-			&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "jobs run at once by this process", EnvVars: []string{"WORKER_CONCURRENCY"}},
+			&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "jobs in their model conversation at once in this process", EnvVars: []string{"WORKER_CONCURRENCY"}},
+			&cli.IntFlag{Name: "finishing", Value: -1, Usage: "jobs past their conversation (extracting the patch, writing records, the unattended review) that may run beside those; 0 keeps each job on its lane to the end (default: --concurrency)", EnvVars: []string{"WORKER_FINISHING"}, DefaultText: "--concurrency"},
 			&cli.BoolFlag{Name: "once", Usage: "take one round of jobs (up to --concurrency), run them and exit: for cron"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the banner and configuration and exit without connecting", EnvVars: []string{"WORKER_DRY_RUN"}},
 			&cli.IntFlag{Name: "wait", Value: 5, Usage: "seconds one take waits for a job", EnvVars: []string{"WORKER_BLPOP_TIMEOUT_S"}},
@@ -47,6 +48,13 @@ func newWorkerCmd(d *deps) *cli.Command {
 			}
 			if c.Int("concurrency") < 1 {
 				return usagef("worker: --concurrency must be at least 1")
+			}
+			finishing := c.Int("finishing")
+			switch {
+			case !c.IsSet("finishing"):
+				finishing = c.Int("concurrency")
+			case finishing < 0:
+				return usagef("worker: --finishing (WORKER_FINISHING) %d: want 0 or more jobs", finishing)
 			}
 			if c.Int("wait") < 0 {
 				return usagef("worker: --wait (WORKER_BLPOP_TIMEOUT_S) %d: want 0 or more seconds", c.Int("wait"))
@@ -60,9 +68,12 @@ func newWorkerCmd(d *deps) *cli.Command {
 			if cfg.DatabaseURL != "" {
 				store = "postgres " + bus.RedactURL(cfg.DatabaseURL)
 			}
-			fmt.Fprintf(d.Stderr, "conductor worker %s\n  queue:       %s key %s (max attempts %d)\n  store:       %s\n  concurrency: %d%s\n  data root:   %s\n",
-				version, backend, c.String("queue"), c.Int("max-attempts"), store, c.Int("concurrency"),
+			fmt.Fprintf(d.Stderr, "conductor worker %s\n  queue:       %s key %s (max attempts %d)\n  store:       %s\n  concurrency: %d, finishing %d%s\n  data root:   %s\n",
+				version, backend, c.String("queue"), c.Int("max-attempts"), store, c.Int("concurrency"), finishing,
 				map[bool]string{true: " (once)", false: ""}[c.Bool("once")], cfg.DataRoot)
+			if pool, jobs := cfg.Pool(), c.Int("concurrency")+finishing; pool < jobs {
+				fmt.Fprintf(d.Stderr, "  pool:        %d free worktrees kept (WORKER_POOL_SIZE), fewer than the %d jobs that may run at once: the others check out new ones\n", pool, jobs)
+			}
 			if c.Bool("dry-run") {
 				fmt.Fprintln(d.Stderr, "  dry run:     not connecting; exiting")
 				return nil
@@ -91,7 +102,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 				},
 				OpenQueue:   func() (queue.Queue, error) { return d.openQueue(c, consumer) },
 				LockTTL:     c.Duration("heartbeat-ttl"),
-				Concurrency: c.Int("concurrency"), Wait: time.Duration(c.Int("wait")) * time.Second,
+				Concurrency: c.Int("concurrency"), Finishing: finishing, Wait: time.Duration(c.Int("wait")) * time.Second,
 				Once: c.Bool("once"), Grace: c.Duration("grace"),
 				Unattended: unattended(c, d), RoleIDs: cfg.RoleIDs, Consumer: consumer, Now: d.Now, Out: d.Stdout, Log: d.Log,
 			})

@@ -213,3 +213,35 @@ func finishedRuns(t *testing.T, home string) map[string]string {
 	}
 	return out
 }
+
+// TestWorkerBannerLanes: the banner names the lanes and the finishing
+// slots (by default as many as the lanes, or --finishing), and says when
+// the pool keeps fewer worktrees than the jobs that may run at once.
+func TestWorkerBannerLanes(t *testing.T) {
+	t.Setenv("CONDUCTOR_HOME", t.TempDir())
+	t.Setenv("REDIS_URL", "")
+	for _, tc := range []struct {
+		args       []string
+		pool       string
+		want, warn string
+	}{
+		{[]string{"--concurrency", "3"}, "", "concurrency: 3, finishing 3", "fewer than the 6 jobs"},
+		{[]string{"--concurrency", "3", "--finishing", "0"}, "", "concurrency: 3, finishing 0", ""},
+		{[]string{"--concurrency", "2", "--finishing", "1"}, "", "concurrency: 2, finishing 1", ""},
+		{[]string{"--concurrency", "4"}, "8", "concurrency: 4, finishing 4", ""},
+	} {
+		t.Setenv("WORKER_POOL_SIZE", tc.pool)
+		var out, errb bytes.Buffer
+		args := append([]string{"conductor", "worker", "--dry-run"}, tc.args...)
+		if code := run(args, strings.NewReader(""), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.args, code, errb.String())
+		}
+		banner := errb.String()
+		if !strings.Contains(banner, tc.want) {
+			t.Errorf("%v: banner lacks %q:\n%s", tc.args, tc.want, banner)
+		}
+		if warned := strings.Contains(banner, "pool:"); warned != (tc.warn != "") || !strings.Contains(banner, tc.warn) {
+			t.Errorf("%v (pool %q): want the pool warning %q:\n%s", tc.args, tc.pool, tc.warn, banner)
+		}
+	}
+}

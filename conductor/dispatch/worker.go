@@ -39,7 +39,11 @@ type WorkerOptions struct {
 	// without a refresh (the consumers' heartbeat TTL).
 	LockTTL time.Duration
 
+	// Concurrency is how many jobs are in their model conversation at
+	// once; Finishing how many more may be past it, extracting their patch
+	// and writing their records (queue.Consumer).
 	Concurrency int
+	Finishing   int
 	Wait        time.Duration // one take's wait (WORKER_BLPOP_TIMEOUT_S)
 	Once        bool
 	Grace       time.Duration
@@ -105,7 +109,7 @@ func Serve(ctx context.Context, o WorkerOptions) (WorkerStats, error) {
 	defer stopBeat()
 	h := &Handler{o: o, store: st, q: q}
 	cons := &queue.Consumer{
-		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency,
+		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing,
 		Wait: o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
 	}
 	stats.Consumed = true
@@ -211,6 +215,7 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	opts.Store = h.store
 	rows := &rowsPut{}
 	opts.RunRowPut = rows.put
+	opts.LoopDone = dl.LoopDone
 	var res runrec.Result
 	if known || job.Resume {
 		log.Info("resuming run")

@@ -44,6 +44,19 @@ type Delivery struct {
 	Attempt int
 
 	jobID int64 // embedded store row
+
+	loopDone func() // set by the Consumer running it (LoopDone)
+}
+
+// LoopDone tells the consumer running d that the job's model conversation
+// has ended: what is left of it (extracting the patch, writing the records,
+// completing the job) goes on beside the consumer's next job, on one of its
+// finishing slots (Consumer.Finishing), when one is free. Calling it again,
+// or on a delivery no consumer runs, does nothing.
+func (d *Delivery) LoopDone() {
+	if d.loopDone != nil {
+		d.loopDone()
+	}
 }
 
 // Queue is what a worker consumes. A taken job is leased to this consumer

@@ -29,13 +29,21 @@ type Handler func(ctx context.Context, stop <-chan struct{}, d *Delivery) error
 // Infra is retried with backoff; any other error is logged.
 type DeadHook func(ctx context.Context, d *Delivery, cause error) error
 
-// Consumer takes jobs from a queue and runs up to Concurrency at once.
+// Consumer takes jobs from a queue and runs up to Concurrency at once in
+// their model conversation, and up to Finishing more past it.
 type Consumer struct {
-	Queue       Queue
-	Handle      Handler
-	OnDead      DeadHook      // may be nil
-	Concurrency int           // default 1
-	Wait        time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
+	Queue  Queue
+	Handle Handler
+	OnDead DeadHook // may be nil
+	// Concurrency is how many jobs run at once (default 1): the lanes.
+	Concurrency int
+	// Finishing is how many jobs whose model conversation has ended
+	// (Delivery.LoopDone) may finish beside the lanes: such a job hands its
+	// lane to the next job and finishes on a finishing slot. 0 keeps every
+	// job on its lane to the end. When every finishing slot is taken, a job
+	// finishes on its lane, so a slow finish never piles up.
+	Finishing int
+	Wait      time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
 	// Once takes at most Concurrency jobs (one round) and returns when they
 	// finish: the mode for cron.
 	Once bool
@@ -126,9 +134,14 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		stats Stats
 		wg    sync.WaitGroup
 		slots = make(chan struct{}, n)
-		taken int
-		bo    = Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
+		// finishing holds the jobs that gave their lane back (nil: none).
+		finishing chan struct{}
+		taken     int
+		bo        = Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
 	)
+	if c.Finishing > 0 {
+		finishing = make(chan struct{}, c.Finishing)
+	}
 	count := func(f func(*Stats)) {
 		mu.Lock()
 		f(&stats)
@@ -170,14 +183,51 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		}
 		taken++
 		wg.Add(1)
+		hand := &lane{lanes: slots, finishing: finishing}
+		d.loopDone = hand.loopDone
 		go func() {
 			defer wg.Done()
-			defer func() { <-slots }()
+			defer hand.done()
 			c.runJob(jobCtx, stop, d, out, count, log)
 		}()
 	}
 	wg.Wait()
 	return stats, nil
+}
+
+// lane is the slot a running job holds: its lane, until it moves to a
+// finishing slot.
+type lane struct {
+	lanes, finishing chan struct{}
+	once             sync.Once
+	moved            bool // on a finishing slot (set under once)
+}
+
+// loopDone moves the job to a finishing slot, freeing its lane, when one
+// is free; else the job keeps its lane. Only its first call acts.
+func (l *lane) loopDone() {
+	l.once.Do(func() {
+		if l.finishing == nil {
+			return
+		}
+		select {
+		case l.finishing <- struct{}{}:
+			l.moved = true
+			<-l.lanes
+		default:
+		}
+	})
+}
+
+// done gives back the slot the job holds once it has ended; a LoopDone
+// after that does nothing.
+func (l *lane) done() {
+	l.once.Do(func() {})
+	if l.moved {
+		<-l.finishing
+		return
+	}
+	<-l.lanes
 }
 
 // runJob runs one delivery to its end: done, handed back, requeued or

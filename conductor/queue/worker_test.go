@@ -334,3 +334,116 @@ func TestParseJobWithRoleIDs(t *testing.T) {
 		t.Errorf("no mapping: %s (%v)", j.Task, err)
 	}
 }
+
+// TestConsumerFinishingSlots: a job whose model conversation ended
+// (LoopDone) gives its lane to the next job and finishes on a finishing
+// slot; with every finishing slot taken, a job keeps its lane. So at most
+// Concurrency jobs are ever before their LoopDone, and at most Concurrency
+// + Finishing run at once, however slow their finish.
+func TestConsumerFinishingSlots(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", 3*time.Second)
+	const jobs = 7
+	for i := range jobs {
+		q.Push(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	var inLoop, running, loopPeak atomic.Int32
+	finish := make(chan struct{}) // the finishes wait for it
+	c := &Consumer{Queue: q, Concurrency: 2, Finishing: 2, Wait: time.Second,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			running.Add(1)
+			defer running.Add(-1)
+			n := inLoop.Add(1)
+			for p := loopPeak.Load(); n > p && !loopPeak.CompareAndSwap(p, n); p = loopPeak.Load() {
+			}
+			inLoop.Add(-1)
+			d.LoopDone()
+			d.LoopDone() // a second call changes nothing
+			<-finish
+			return nil
+		}}
+	done := make(chan Stats)
+	go func() {
+		st, err := c.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- st
+	}()
+	// Two jobs move to the finishing slots, two more keep their lanes:
+	// nothing else is taken while their finishes wait.
+	waitFor(t, "four jobs running", func() bool { return running.Load() == 4 })
+	time.Sleep(300 * time.Millisecond)
+	if n := running.Load(); n != 4 {
+		t.Fatalf("%d jobs running at once with 2 lanes and 2 finishing slots, want 4", n)
+	}
+	close(finish)
+	waitFor(t, "every job done", func() bool {
+		qn, pn, _, _ := q.Lengths(context.Background())
+		return qn == 0 && pn == 0 && running.Load() == 0
+	})
+	cancel()
+	if st := <-done; st.Done != jobs {
+		t.Fatalf("stats %+v, want %d done", st, jobs)
+	}
+	if p := loopPeak.Load(); p > 2 {
+		t.Fatalf("%d jobs in their model conversation at once, want at most the 2 lanes", p)
+	}
+}
+
+// TestLaneHandOff: the hand-off's bookkeeping. A LoopDone moves the job to
+// a free finishing slot and frees its lane; with none free the job keeps
+// its lane; a LoopDone after the job ended takes nothing (its lane is the
+// next job's by then); without finishing slots nothing moves.
+func TestLaneHandOff(t *testing.T) {
+	lanes, finishing := make(chan struct{}, 2), make(chan struct{}, 1)
+	lanes <- struct{}{}
+	lanes <- struct{}{}
+	a := &lane{lanes: lanes, finishing: finishing}
+	b := &lane{lanes: lanes, finishing: finishing}
+	a.loopDone()
+	if len(lanes) != 1 || len(finishing) != 1 {
+		t.Fatalf("after a's LoopDone: %d lanes, %d finishing; want 1 and 1", len(lanes), len(finishing))
+	}
+	lanes <- struct{}{} // the next job takes a's lane
+	b.loopDone()        // no finishing slot free: b stays on its lane
+	if len(lanes) != 2 || len(finishing) != 1 {
+		t.Fatalf("after b's LoopDone: %d lanes, %d finishing; want 2 and 1", len(lanes), len(finishing))
+	}
+	a.done()
+	b.done()
+	if len(lanes) != 1 || len(finishing) != 0 {
+		t.Fatalf("after both ended: %d lanes, %d finishing; want 1 and 0", len(lanes), len(finishing))
+	}
+	third := &lane{lanes: lanes, finishing: finishing}
+	third.done()        // it ends without a LoopDone
+	lanes <- struct{}{} // the fourth job takes the lane
+	third.loopDone()    // late: must not take the fourth job's lane
+	if len(lanes) != 1 || len(finishing) != 0 {
+		t.Fatalf("after a late LoopDone: %d lanes, %d finishing; want 1 and 0", len(lanes), len(finishing))
+	}
+	c := &lane{lanes: lanes}
+	c.loopDone()
+	if len(lanes) != 1 {
+		t.Fatal("a LoopDone without finishing slots freed a lane")
+	}
+	c.done()
+	if len(lanes) != 0 {
+		t.Fatal("the job's lane was not given back")
+	}
+}
+
+// waitFor polls cond until it holds (failing only after a minute: a
+// condition that never comes, not a slow machine).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

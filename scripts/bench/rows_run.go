@@ -284,18 +284,19 @@ func (b *bench) rowQueue() error {
 	env := append(append([]string(nil), b.env...),
 		"CONDUCTOR_HOME="+data, "REDIS_URL="+redisURL,
 		"CONDUCTOR_MODEL_OLLAMA_QWEN_URL="+llm.URL(), "CONDUCTOR_MODEL_OLLAMA_QWEN_MODEL=fake",
-		fmt.Sprintf("CONDUCTOR_MODEL_OLLAMA_QWEN_MAX_CONCURRENT=%d", workers), fmt.Sprintf("WORKER_POOL_SIZE=%d", workers))
-	// Fill the worker's pool with one worktree per slot first, one at a
-	// time: the bench measures warm workers.
+		fmt.Sprintf("CONDUCTOR_MODEL_OLLAMA_QWEN_MAX_CONCURRENT=%d", workers), fmt.Sprintf("WORKER_POOL_SIZE=%d", 2*workers))
+	// Fill the worker's pool first, one at a time, with a worktree for each
+	// job that may run at once (each lane's job in its conversation, and
+	// the one finishing beside it): the bench measures warm workers.
 	wtBase := filepath.Join(data, "worktrees")
 	env = append(env, "WORKER_WORKTREE_BASE="+wtBase)
-	pool := runtask.NewPool(wtBase, patch.Git{GitDir: filepath.Join(repo, ".git")}, poolOf(workers))
+	pool := runtask.NewPool(wtBase, patch.Git{GitDir: filepath.Join(repo, ".git")}, poolOf(2*workers))
 	head, err := b.git(repo, "rev-parse", "HEAD")
 	if err != nil {
 		return err
 	}
 	var leases []*runtask.Lease
-	for i := 0; i < workers; i++ {
+	for i := 0; i < 2*workers; i++ {
 		l, err := pool.Acquire(b.ctx, head, "bench-fill")
 		if err != nil {
 			return fmt.Errorf("fill the pool: %w", err)
