@@ -270,13 +270,16 @@ func (r *runner) warnf(format string, args ...any) {
 	}
 }
 
+// drainSlots waits until the model slots of the run's requests are back.
+func (r *runner) drainSlots() {
+	if d, ok := r.model.(interface{ Drain() }); ok {
+		d.Drain()
+	}
+}
+
 // run does the whole run; resumeID is set for an explicit Resume.
 func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, err error) {
-	defer func() { // the model slots the run's requests held are back when it returns
-		if d, ok := r.model.(interface{ Drain() }); ok {
-			d.Drain()
-		}
-	}()
+	defer r.drainSlots() // the model slots the run's requests held are back when it returns
 	t := r.task
 	r.repo, err = ResolveRepo(r.opts.Repo, t.Workspace, r.cfg)
 	if err != nil {
@@ -478,6 +481,9 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	r.announced.Store(true)
 	status, msg := sess.Turn(ctx)
 	if r.opts.LoopDone != nil {
+		// The next job on this lane finds the slots free, not still on
+		// their way back.
+		r.drainSlots()
 		r.opts.LoopDone()
 	}
 	return r.finish(ctx, status, msg)
