@@ -73,6 +73,7 @@ type clientOptions struct {
 	sleep     func(ctx context.Context, d time.Duration) error
 	now       func() time.Time
 	slots     ModelSlots
+	slotKeep  time.Duration
 }
 
 // ModelSlots bounds the requests to a model alias across processes and
@@ -114,18 +115,91 @@ func WithLogger(l *slog.Logger) ClientOption {
 }
 
 // withSleep replaces the retry wait (tests).
+// withSlotKeep sets how long a reply's slot is kept (tests).
+func withSlotKeep(d time.Duration) ClientOption {
+	return func(o *clientOptions) { o.slotKeep = d }
+}
+
 func withSleep(f func(ctx context.Context, d time.Duration) error) ClientOption {
 	return func(o *clientOptions) { o.sleep = f }
 }
 
 // httpClient is an OpenAI-compatible server behind go-openai.
 type httpClient struct {
-	spec    ModelSpec
-	api     *openai.Client
-	limiter *AliasLimiter
-	slots   ModelSlots // nil: the bound holds in this process only
-	secret  string
-	freeing sync.WaitGroup // slots still being given back (Drain)
+	spec     ModelSpec
+	api      *openai.Client
+	limiter  *AliasLimiter
+	slots    ModelSlots // nil: the bound holds in this process only
+	secret   string
+	freeing  sync.WaitGroup // slots kept or still being given back (Drain)
+	slotKeep time.Duration  // how long a reply's slot is kept (SlotKeep)
+	mu       sync.Mutex
+	kept     *keptSlot // the last reply's slot, kept for the next request
+}
+
+// SlotKeep is how long a reply's model slot is kept for the request that
+// follows it. A step of file tools takes a few milliseconds: its next
+// request reuses the slot instead of giving it back to the store and
+// taking it again, two round trips to Redis (or the bus store) on the way
+// between the reply and the next request. A step that runs longer (a
+// command) gives it back after this long. A kept slot is held with no
+// request out, so the bound on requests in flight holds as before; a run
+// gives its kept slot back when it ends (Drain).
+const SlotKeep = 100 * time.Millisecond
+
+// keptSlot is a slot held between a reply and the next request.
+type keptSlot struct {
+	free  func()
+	timer *time.Timer
+}
+
+// takeKept returns the kept slot for a new request (nil: none kept).
+func (c *httpClient) takeKept() func() {
+	c.mu.Lock()
+	k := c.kept
+	c.kept = nil
+	c.mu.Unlock()
+	if k == nil {
+		return nil
+	}
+	k.timer.Stop() // its give-back finds it taken and does nothing
+	c.freeing.Done()
+	return k.free
+}
+
+// keep holds a replied request's slot for SlotKeep, then gives it back in
+// the background. A slot already kept (requests at once) goes back now.
+func (c *httpClient) keep(free func()) {
+	c.freeing.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kept != nil || c.slotKeep <= 0 {
+		go c.giveBack(free)
+		return
+	}
+	k := &keptSlot{free: free}
+	k.timer = time.AfterFunc(c.slotKeep, func() {
+		if c.dropKept(k) {
+			c.giveBack(free)
+		}
+	})
+	c.kept = k
+}
+
+// dropKept unkeeps k if it is still the kept slot.
+func (c *httpClient) dropKept(k *keptSlot) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kept != k {
+		return false
+	}
+	c.kept = nil
+	return true
+}
+
+func (c *httpClient) giveBack(free func()) {
+	defer c.freeing.Done()
+	free()
 }
 
 // NewClient returns the model client of spec: the replay model for
@@ -147,7 +221,7 @@ func NewClient(spec ModelSpec, getenv func(string) string, opts ...ClientOption)
 			return nil, fmt.Errorf("model %s: the API key variable %s is not set (set it, or clear apiKeyEnv for a server without keys)", spec.Alias, spec.APIKeyEnv)
 		}
 	}
-	o := clientOptions{transport: modelTransport, sleep: sleepCtx, now: time.Now}
+	o := clientOptions{transport: modelTransport, sleep: sleepCtx, now: time.Now, slotKeep: SlotKeep}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -169,7 +243,7 @@ func newHTTPClient(spec ModelSpec, key string, lim *AliasLimiter, o clientOption
 	cfg := openai.DefaultConfig("") // the key is added by authTransport, below logging
 	cfg.BaseURL = strings.TrimRight(spec.BaseURL, "/")
 	cfg.HTTPClient = &http.Client{Transport: rt}
-	return &httpClient{spec: spec, api: openai.NewClientWithConfig(cfg), limiter: lim, slots: o.slots, secret: key}
+	return &httpClient{spec: spec, api: openai.NewClientWithConfig(cfg), limiter: lim, slots: o.slots, slotKeep: o.slotKeep, secret: key}
 }
 
 // Complete sends one chat completion request and returns the normalised
@@ -181,22 +255,19 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 	}
 	defer release()
 	if c.slots != nil && c.spec.MaxConcurrent > 0 {
-		// The last request's slot is back first: this client never
-		// competes with itself for one.
-		c.freeing.Wait()
-		free, err := c.slots.Acquire(ctx, c.spec.Alias, c.spec.MaxConcurrent)
-		if err != nil {
-			return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
+		free := c.takeKept()
+		if free == nil {
+			// The last request's slot is back first: this client never
+			// competes with itself for one.
+			c.freeing.Wait()
+			free, err = c.slots.Acquire(ctx, c.spec.Alias, c.spec.MaxConcurrent)
+			if err != nil {
+				return ModelReply{}, fmt.Errorf("model %s: waiting for a free slot: %w", c.spec.Alias, err)
+			}
 		}
-		// Given back while the reply is acted on: the store's answer is
-		// not on the way to the next step. Drain waits for it.
-		c.freeing.Add(1)
-		defer func() {
-			go func() {
-				defer c.freeing.Done()
-				free()
-			}()
-		}()
+		// Kept for the next request, else given back behind the reply:
+		// the store's answers are not on the way to the next step.
+		defer c.keep(free)
 	}
 	creq := openai.ChatCompletionRequest{
 		Model:    c.spec.Model,
@@ -244,9 +315,20 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 	return reply, nil
 }
 
-// Drain waits until the slots of the client's finished requests are given
-// back to the store (a run waits for it before it returns).
-func (c *httpClient) Drain() { c.freeing.Wait() }
+// Drain gives back the kept slot and waits until the slots of the client's
+// finished requests are back in the store (a run waits for it before it
+// returns).
+func (c *httpClient) Drain() {
+	c.mu.Lock()
+	k := c.kept
+	c.kept = nil
+	c.mu.Unlock()
+	if k != nil {
+		k.timer.Stop()
+		go c.giveBack(k.free)
+	}
+	c.freeing.Wait()
+}
 
 // reasoningModel reports OpenAI model names that take max_completion_tokens.
 func reasoningModel(model string) bool {

@@ -725,11 +725,10 @@ func (s *slowSlots) Acquire(ctx context.Context, alias string, max int) (func(),
 	}, nil
 }
 
-// TestSlotsGivenBackBehindTheReply: a request's slot goes back to the
-// store while the reply is acted on, yet the client never holds two (its
-// next request waits for the last one's release) and a run returns only
-// when every slot it took is back.
-func TestSlotsGivenBackBehindTheReply(t *testing.T) {
+// TestSlotKeptBetweenSteps: a reply's slot is kept for the next request
+// (no give-back and take again between steps), the client never holds two
+// at once, and a run returns only when the slot it kept is back.
+func TestSlotKeptBetweenSteps(t *testing.T) {
 	srv := startFake(t, `{"turns": [
 		{"toolCalls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "a\n"}}]},
 		{"toolCalls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
@@ -738,7 +737,7 @@ func TestSlotsGivenBackBehindTheReply(t *testing.T) {
 	spec := testSpec(t, srv.URL())
 	spec.MaxConcurrent = 1
 	slots := &slowSlots{releaseDelay: 30 * time.Millisecond}
-	m := newTestClient(t, spec, nil, WithSlots(slots))
+	m := newTestClient(t, spec, nil, WithSlots(slots), withSlotKeep(time.Hour))
 	f := newFixture(t)
 	res, err := Run(context.Background(), f.opts(testTask("slots"), m))
 	if err != nil || res.Status != runrec.StatusSucceeded {
@@ -746,11 +745,73 @@ func TestSlotsGivenBackBehindTheReply(t *testing.T) {
 	}
 	slots.mu.Lock()
 	defer slots.mu.Unlock()
-	if slots.takes != 4 || slots.releases != 4 || slots.held != 0 {
-		t.Fatalf("%d slots taken, %d given back, %d still held when the run returned", slots.takes, slots.releases, slots.held)
+	if slots.takes != 1 || slots.releases != 1 || slots.held != 0 {
+		t.Fatalf("4 requests took %d slots and gave %d back, %d still held when the run returned; want 1, 1, 0", slots.takes, slots.releases, slots.held)
 	}
 	if slots.overlap != 0 {
 		t.Fatalf("the client held two slots at once %d times", slots.overlap)
+	}
+}
+
+// TestSlotGivenBackAfterTheKeep: a slot no request follows within the keep
+// (a step that runs a command) goes back to the store by itself, and the
+// next request takes one again; of two requests at once, only one slot is
+// kept.
+func TestSlotGivenBackAfterTheKeep(t *testing.T) {
+	srv := startFake(t, `{"final": {"content": "done"}}`)
+	spec := testSpec(t, srv.URL())
+	spec.MaxConcurrent = 2
+	held := func(s *slowSlots) (held, takes int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.held, s.takes
+	}
+	waitHeld := func(s *slowSlots, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			if h, _ := held(s); h == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%d slots held, want %d", h, want)
+			}
+		}
+	}
+	req := ModelRequest{Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
+
+	slots := &slowSlots{}
+	c := newTestClient(t, spec, nil, WithSlots(slots), withSlotKeep(20*time.Millisecond))
+	if _, err := c.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	waitHeld(slots, 0) // no request followed: given back without a Drain
+	if _, err := c.Complete(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	if _, takes := held(slots); takes != 2 {
+		t.Fatalf("%d slots taken for two requests a keep apart, want 2", takes)
+	}
+	c.(interface{ Drain() }).Drain()
+	if h, _ := held(slots); h != 0 {
+		t.Fatalf("%d slots held after Drain", h)
+	}
+
+	slots = &slowSlots{}
+	c = newTestClient(t, spec, nil, WithSlots(slots), withSlotKeep(time.Hour))
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Complete(context.Background(), req); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	waitHeld(slots, 1) // the second reply's slot goes back; one is kept
+	c.(interface{ Drain() }).Drain()
+	if h, takes := held(slots); h != 0 || takes != 2 {
+		t.Fatalf("after Drain: %d held, %d taken; want 0, 2", h, takes)
 	}
 }
 
