@@ -411,6 +411,22 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 
 // pick chooses the turn answering req and marks it served.
 func (h *Handler) pick(req *ChatRequest, body []byte) (int, Turn) {
+	// The history step, and the conversation's key only where the step has
+	// error turns, are worked out before the lock (the steps' turns never
+	// change): concurrent requests are not queued behind one another's
+	// hashing of their whole conversation.
+	n, key := -1, ""
+	if h.script.Mode == ModeHistory {
+		n = 0
+		for _, m := range req.Messages {
+			if m.Role == "assistant" {
+				n++
+			}
+		}
+		if n < len(h.steps) && len(h.steps[n].errs) > 0 {
+			key = conversationKey(req)
+		}
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	serve := func(i int) (int, Turn) {
@@ -427,19 +443,12 @@ func (h *Handler) pick(req *ChatRequest, body []byte) (int, Turn) {
 		h.next++
 		return serve(h.next - 1)
 	}
-	n := 0
-	for _, m := range req.Messages {
-		if m.Role == "assistant" {
-			n++
-		}
-	}
 	if n >= len(h.steps) {
 		return serve(-1)
 	}
 	st := &h.steps[n]
 	// Error turns before a reply are served once per distinct conversation
 	// state, so a retried request moves on to the reply.
-	key := conversationKey(req)
 	if seen := st.errsSeen[key]; seen < len(st.errs) {
 		st.errsSeen[key] = seen + 1
 		return serve(st.errs[seen])
@@ -454,8 +463,8 @@ func conversationKey(req *ChatRequest) string {
 }
 
 func (h *Handler) check(rec *RecordedRequest, idx int, turn Turn, req *ChatRequest, body []byte) {
-	text := req.Text()
-	has := func(s string) bool { return strings.Contains(text, s) || bytes.Contains(body, []byte(s)) }
+	text := sync.OnceValue(req.Text) // only a turn that expects or forbids reads it
+	has := func(s string) bool { return strings.Contains(text(), s) || bytes.Contains(body, []byte(s)) }
 	label := turn.label(idx)
 	if idx < 0 {
 		label = "final"
