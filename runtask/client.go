@@ -114,12 +114,12 @@ func WithLogger(l *slog.Logger) ClientOption {
 	return func(o *clientOptions) { o.logger = l }
 }
 
-// withSleep replaces the retry wait (tests).
 // withSlotKeep sets how long a reply's slot is kept (tests).
 func withSlotKeep(d time.Duration) ClientOption {
 	return func(o *clientOptions) { o.slotKeep = d }
 }
 
+// withSleep replaces the retry wait (tests).
 func withSleep(f func(ctx context.Context, d time.Duration) error) ClientOption {
 	return func(o *clientOptions) { o.sleep = f }
 }
@@ -153,16 +153,25 @@ type keptSlot struct {
 	timer *time.Timer
 }
 
-// takeKept returns the kept slot for a new request (nil: none kept).
-func (c *httpClient) takeKept() func() {
+// unkeep takes the kept slot (nil: none) from its timer: the timer's
+// give-back finds it gone and does nothing.
+func (c *httpClient) unkeep() *keptSlot {
 	c.mu.Lock()
 	k := c.kept
 	c.kept = nil
 	c.mu.Unlock()
+	if k != nil {
+		k.timer.Stop()
+	}
+	return k
+}
+
+// takeKept returns the kept slot for a new request (nil: none kept).
+func (c *httpClient) takeKept() func() {
+	k := c.unkeep()
 	if k == nil {
 		return nil
 	}
-	k.timer.Stop() // its give-back finds it taken and does nothing
 	c.freeing.Done()
 	return k.free
 }
@@ -319,13 +328,8 @@ func (c *httpClient) Complete(ctx context.Context, req ModelRequest) (ModelReply
 // finished requests are back in the store (a run waits for it before it
 // returns).
 func (c *httpClient) Drain() {
-	c.mu.Lock()
-	k := c.kept
-	c.kept = nil
-	c.mu.Unlock()
-	if k != nil {
-		k.timer.Stop()
-		go c.giveBack(k.free)
+	if k := c.unkeep(); k != nil {
+		c.giveBack(k.free)
 	}
 	c.freeing.Wait()
 }
