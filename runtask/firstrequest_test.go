@@ -3,6 +3,7 @@ package runtask
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,5 +201,98 @@ func TestLoopDoneBeforeTheFinish(t *testing.T) {
 	}
 	if patchThen != "" || runrec.Final(resultThen) {
 		t.Fatalf("at LoopDone the patch was %q and the record %q: the finish had begun", patchThen, resultThen)
+	}
+}
+
+// TestClaimOverlapsTheFirstRequest: Options.Claim is called once, while
+// the round's first model request is out and before the run folder
+// exists; the run then goes on as before.
+func TestClaimOverlapsTheFirstRequest(t *testing.T) {
+	f := newFixture(t)
+	requested := make(chan struct{})
+	var once sync.Once
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		func(ModelRequest) (ModelReply, error) {
+			once.Do(func() { close(requested) })
+			return callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}), nil
+		},
+		finalTurn("done"),
+	}}
+	opts := f.opts(testTask("claim"), m)
+	opts.RunID = "r-claim"
+	runDir := filepath.Join(f.data, "runs", opts.RunID)
+	var claims int
+	var late, folder bool
+	opts.Claim = func(context.Context) (bool, error) {
+		claims++
+		select {
+		case <-requested:
+		case <-time.After(time.Minute):
+			late = true
+		}
+		_, err := os.Stat(runDir)
+		folder = err == nil
+		return true, nil
+	}
+	res, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claims != 1 || late || folder {
+		t.Fatalf("claim: %d calls, request not out first %v, run folder there %v (want 1, false, false)", claims, late, folder)
+	}
+	if res.Status != runrec.StatusSucceeded || strings.Join(res.FilesChanged, ",") != "one.txt" || len(m.requests()) != 2 {
+		t.Fatalf("run: %s, files %v, %d requests: %s", res.Status, res.FilesChanged, len(m.requests()), res.Error)
+	}
+}
+
+// TestClaimLostLeavesNothing: a claim another run holds, or one the store
+// cannot answer, ends the run before anything is made: ErrNotClaimed (or
+// the store's error), the early request cancelled and waited for, no run
+// folder, no session state, no worktree taken.
+func TestClaimLostLeavesNothing(t *testing.T) {
+	storeDown := errors.New("store down")
+	for _, tc := range []struct {
+		name string
+		won  bool
+		err  error
+		want error
+	}{{"lost", false, nil, ErrNotClaimed}, {"store-down", false, storeDown, storeDown}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			blocking := &blockingModel{}
+			task := testTask("claim-" + tc.name)
+			task.TimeoutSeconds = 3600
+			opts := f.opts(task, blocking)
+			opts.RunID = "r-claim-" + tc.name
+			opts.Claim = func(context.Context) (bool, error) {
+				// The early request is out before the claim answers.
+				for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(time.Millisecond) {
+					blocking.mu.Lock()
+					n := blocking.calls
+					blocking.mu.Unlock()
+					if n > 0 {
+						break
+					}
+				}
+				return tc.won, tc.err
+			}
+			_, err := Run(context.Background(), opts)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Run: %v, want %v", err, tc.want)
+			}
+			blocking.mu.Lock()
+			calls, cancelled := blocking.calls, blocking.cancelled
+			blocking.mu.Unlock()
+			if calls != 1 || !cancelled {
+				t.Fatalf("early request: %d calls, cancelled %v (want 1, cancelled)", calls, cancelled)
+			}
+			sess := sessionDir(opts.Config, task.Workspace, task.Session)
+			for _, p := range []string{filepath.Join(f.data, "runs"), filepath.Join(sess, "state.json"), filepath.Join(f.data, "worktrees")} {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s: %v, want it absent", p, err)
+				}
+			}
+		})
 	}
 }

@@ -63,6 +63,12 @@ type Options struct {
 	// (no more model requests), before the patch is extracted and the
 	// records written: the queue hands the job's lane to its next job.
 	LoopDone func()
+	// Claim, when set, takes the task for this run; it is called once,
+	// after the round's first model request went out and before the run's
+	// folder exists (the claim's store commit overlaps the model's first
+	// answer). false: another run holds the task, and Run returns
+	// ErrNotClaimed, having cancelled that request and made nothing.
+	Claim func(ctx context.Context) (bool, error)
 
 	FollowUp     string // a refinement round: the session continues with this user message
 	KeepWorktree bool   // keep the worktree after the run (it stays with the session)
@@ -87,6 +93,10 @@ type Options struct {
 
 // ErrSessionBusy is returned when another process runs the same session.
 var ErrSessionBusy = errors.New("session is running in another process")
+
+// ErrNotClaimed is returned when Options.Claim says another run holds the
+// task.
+var ErrNotClaimed = errors.New("the task is claimed by another run")
 
 var errTimeout = errors.New("wall-clock limit reached")
 
@@ -316,7 +326,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 	// redelivery).
 	if r.opts.RunID != "" && !r.reopen {
 		if prev, err := runrec.Dir(r.cfg.RunDir(r.opts.RunID)).ReadResult(); err == nil && runrec.Final(prev.Status) {
-			return prev, nil
+			return prev, r.claim(ctx)
 		}
 	}
 	r.state, err = loadState(r.sessDir)
@@ -328,6 +338,9 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 		return res, err
 	}
 	if mode == modeFinished {
+		if err := r.claim(ctx); err != nil {
+			return res, err
+		}
 		return runrec.Dir(r.cfg.RunDir(r.state.RunID)).ReadResult()
 	}
 	return r.execute(ctx, mode)
@@ -446,6 +459,10 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 			r.sendFirst(ctx, msgs)
 		}
 	}
+	if err := r.claim(ctx); err != nil {
+		r.dropFirst()
+		return runrec.Result{}, err
+	}
 	closeFolder, err := r.openRunFolder()
 	if err != nil {
 		r.dropFirst()
@@ -487,6 +504,21 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 		r.opts.LoopDone()
 	}
 	return r.finish(ctx, status, msg)
+}
+
+// claim takes the task through Options.Claim (nil: nothing to take).
+func (r *runner) claim(ctx context.Context) error {
+	if r.opts.Claim == nil {
+		return nil
+	}
+	won, err := r.opts.Claim(ctx)
+	if err != nil {
+		return err
+	}
+	if !won {
+		return ErrNotClaimed
+	}
+	return nil
 }
 
 // firstRequest is a round's first model request, sent while the worktree

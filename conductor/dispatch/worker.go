@@ -182,21 +182,26 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	if err := h.checkInput(ctx, opts, task, known || job.Resume); err != nil {
 		return queue.Permanent(err)
 	}
-	won, err := h.store.ClaimTask(ctx, task.ID, job.RunID)
-	if err != nil {
-		return queue.Infra(err)
-	}
-	if !won {
+	// The claim is taken by the run, once its first model request is out:
+	// its commit overlaps the model's first answer.
+	opts.Claim = func(ctx context.Context) (bool, error) {
+		won, err := h.store.ClaimTask(ctx, task.ID, job.RunID)
+		if err != nil {
+			return false, queue.Infra(err)
+		}
+		if won {
+			h.emit(ctx, log, bus.EventClaimed, job.RunID, task.ID, map[string]any{"harnessAlias": task.Harness, "role": task.Role, "shape": job.Shape})
+			return true, nil
+		}
 		cl, err := h.store.GetClaim(ctx, task.ID)
 		if err != nil {
-			return queue.Infra(err)
+			return false, queue.Infra(err)
 		}
 		if cl.Claimant != job.RunID {
 			log.Warn("backlog item already claimed by another run; acknowledging", "claimant", cl.Claimant)
-			return nil
+			return false, nil
 		}
-	} else {
-		h.emit(ctx, log, bus.EventClaimed, job.RunID, task.ID, map[string]any{"harnessAlias": task.Harness, "role": task.Role, "shape": job.Shape})
+		return true, nil
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -227,6 +232,9 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	if err != nil {
 		if isStopped(stop) {
 			return queue.ErrInterrupted
+		}
+		if errors.Is(err, runtask.ErrNotClaimed) {
+			return nil // acknowledged: the other run's
 		}
 		if errors.Is(err, runtask.ErrSessionBusy) {
 			// Another process still runs it (it held the job until its
