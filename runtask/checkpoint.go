@@ -21,21 +21,77 @@ import (
 // worktree. Failures are warnings: the session state on disk still holds
 // every step.
 func (r *runner) checkpoint(ctx context.Context) {
-	if r.opts.Store == nil {
+	r.settleCheckpoint()
+	if put := r.checkpointPut(ctx); put != nil {
+		r.checkpointDone(put())
+	}
+}
+
+// checkpointBehind starts the same write and returns at once: the next
+// model request goes out while the store commits. The loop's next
+// checkpoint and the finish settle it first, so checkpoints reach the
+// store in order and all of them before the run's end.
+func (r *runner) checkpointBehind(ctx context.Context) {
+	r.settleCheckpoint()
+	put := r.checkpointPut(ctx)
+	if put == nil {
 		return
+	}
+	done := make(chan checkpointOutcome, 1)
+	go func() { done <- put() }()
+	r.checkpointing = done
+}
+
+// settleCheckpoint waits for the checkpoint checkpointBehind started and
+// reports its outcome.
+func (r *runner) settleCheckpoint() {
+	if r.checkpointing == nil {
+		return
+	}
+	out := <-r.checkpointing
+	r.checkpointing = nil
+	r.checkpointDone(out)
+}
+
+// checkpointPut snapshots the checkpoint row and returns the store writes
+// that record it (the row, then its event); nil: nothing to write. The
+// writes touch only the store, so they may run beside the loop.
+func (r *runner) checkpointPut(ctx context.Context) func() checkpointOutcome {
+	if r.opts.Store == nil {
+		return nil
 	}
 	st := r.state
 	hist, err := json.Marshal(st.History)
 	if err != nil {
 		r.warnf("checkpoint: %v", err)
-		return
+		return nil
 	}
 	cp := bus.Checkpoint{RunID: st.RunID, Step: st.Step, History: hist, Files: r.touched.list(),
 		Worktree: st.Worktree, Branch: r.workBranch(ctx), Workspace: r.task.Workspace, HarnessAlias: r.harness(), CreatedAt: r.now()}
-	err = r.opts.Store.PutCheckpoint(context.WithoutCancel(ctx), cp)
-	r.storeResult(err, fmt.Sprintf("checkpoint %s at step %d", st.RunID, st.Step))
-	if err == nil {
-		r.event(ctx, bus.EventCheckpoint, map[string]any{"step": st.Step, "files": len(cp.Files), "harnessAlias": cp.HarnessAlias})
+	store, taskID := r.opts.Store, r.task.ID
+	ctx = context.WithoutCancel(ctx)
+	return func() checkpointOutcome {
+		out := checkpointOutcome{runID: cp.RunID, step: cp.Step}
+		if out.row = store.PutCheckpoint(ctx, cp); out.row == nil {
+			out.event = bus.Emit(ctx, store, bus.EventCheckpoint, cp.RunID, taskID, "conductor",
+				map[string]any{"step": cp.Step, "files": len(cp.Files), "harnessAlias": cp.HarnessAlias})
+		}
+		return out
+	}
+}
+
+// checkpointOutcome is what a checkpoint's store writes returned.
+type checkpointOutcome struct {
+	runID      string
+	step       int
+	row, event error
+}
+
+// checkpointDone reports a checkpoint's store writes (storeResult).
+func (r *runner) checkpointDone(out checkpointOutcome) {
+	r.storeResult(out.row, fmt.Sprintf("checkpoint %s at step %d", out.runID, out.step))
+	if out.row == nil {
+		r.storeResult(out.event, "event "+bus.EventCheckpoint)
 	}
 }
 

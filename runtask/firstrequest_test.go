@@ -165,7 +165,8 @@ func (b *blockingModel) Complete(ctx context.Context, req ModelRequest) (ModelRe
 // TestLoopDoneBeforeTheFinish: Options.LoopDone is called once, after the
 // model's last answer and before the patch is extracted and the final
 // record written (the queue then hands the job's lane to its next job),
-// and the run's outcome is the same.
+// and the run's outcome is the same; it comes before the last answer's
+// save.
 func TestLoopDoneBeforeTheFinish(t *testing.T) {
 	f := newFixture(t)
 	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
@@ -177,9 +178,13 @@ func TestLoopDoneBeforeTheFinish(t *testing.T) {
 	opts := f.opts(testTask("handoff"), m)
 	var calls, asked int
 	var patchThen, resultThen string
+	savedStep := -1
 	opts.LoopDone = func() {
 		calls++
 		asked = len(m.requests())
+		if st, err := loadState(sessionDir(opts.Config, opts.Task.Workspace, opts.Task.Session)); err == nil && st != nil {
+			savedStep = st.Step
+		}
 		dir := runrec.Dir(filepath.Join(f.data, "runs", opts.RunID))
 		if _, err := os.Stat(dir.Path(runrec.PatchFile)); err == nil {
 			patchThen = "written"
@@ -201,6 +206,11 @@ func TestLoopDoneBeforeTheFinish(t *testing.T) {
 	}
 	if patchThen != "" || runrec.Final(resultThen) {
 		t.Fatalf("at LoopDone the patch was %q and the record %q: the finish had begun", patchThen, resultThen)
+	}
+	// The lane is handed over as soon as the last answer is in, before
+	// that answer's save.
+	if savedStep != 1 {
+		t.Fatalf("at LoopDone the session state was saved at step %d, want 1", savedStep)
 	}
 }
 

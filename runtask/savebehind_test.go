@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
@@ -124,5 +126,137 @@ func TestStepSaveFailureStopsTheRun(t *testing.T) {
 		if l.Step == 2 && l.Type != lineStop {
 			t.Fatalf("transcript line of step 2 after the failed save: %+v", l)
 		}
+	}
+}
+
+// TestWrittenFileSyncedWithTheStepSave: a write_file's fsync is not on
+// the way to the next model request: it joins the step's group commit,
+// after the call's result line is written and before the session state
+// that records the step is; each written file is synced once. A failed
+// fsync there fails the run like any failed save (resumable).
+func TestWrittenFileSyncedWithTheStepSave(t *testing.T) {
+	f := newFixture(t)
+	opts := f.opts(testTask("write-sync"), &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		call(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}),
+		call(ToolEditFile, map[string]any{"path": "one.txt", "old_string": "1", "new_string": "2"}),
+		finalTurn("done"),
+	}})
+	opts.RunID = "r-write-sync"
+	transcript := filepath.Join(f.data, "runs", opts.RunID, runrec.TranscriptFile)
+	var mu sync.Mutex
+	var order []string
+	orig := syncFile
+	t.Cleanup(func() { syncFile = orig })
+	syncFile = func(file *os.File) error {
+		if strings.Contains(file.Name(), writeTempMark) {
+			b, _ := os.ReadFile(transcript)
+			results := strings.Count(string(b), `"type":"tool_result"`)
+			mu.Lock()
+			order = append(order, fmt.Sprintf("sync after %d results", results))
+			mu.Unlock()
+		}
+		return orig(file)
+	}
+	holdStateWrites(t, func(st sessionState) error {
+		mu.Lock()
+		order = append(order, fmt.Sprintf("state %d", len(st.History)))
+		mu.Unlock()
+		return nil
+	})
+	res, err := Run(context.Background(), opts)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	mu.Lock()
+	got := strings.Join(order, ", ")
+	mu.Unlock()
+	// state 0: the take's and the start's saves; each step: its file synced once its
+	// result line is written, then the state with that step; the final
+	// reply's and the finish's saves.
+	if want := "state 0, state 0, sync after 1 results, state 1, sync after 2 results, state 2, state 2, state 2"; got != want {
+		t.Fatalf("order:\n got %s\nwant %s", got, want)
+	}
+
+	f = newFixture(t)
+	syncFile = func(file *os.File) error {
+		if strings.Contains(file.Name(), writeTempMark) {
+			return errors.New("input/output error")
+		}
+		return orig(file)
+	}
+	res, err = Run(context.Background(), f.opts(testTask("write-sync-fail"), &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		call(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}),
+		call(ToolWriteFile, map[string]any{"path": "two.txt", "content": "2\n"}),
+		finalTurn("done"),
+	}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != runrec.StatusFailed || !res.Resumable || !strings.Contains(res.Error, "input/output error") || res.Steps != 1 {
+		t.Fatalf("run: %s (resumable %v) after %d steps: %q", res.Status, res.Resumable, res.Steps, res.Error)
+	}
+}
+
+// gatedCheckpoints is a store whose checkpoint writes wait for a signal.
+type gatedCheckpoints struct {
+	*memStore
+	wait func(step int) bool // false: the signal never came
+	late []int
+}
+
+func (g *gatedCheckpoints) PutCheckpoint(ctx context.Context, c bus.Checkpoint) error {
+	if !g.wait(c.Step) {
+		g.mu.Lock()
+		g.late = append(g.late, c.Step)
+		g.mu.Unlock()
+	}
+	return g.memStore.PutCheckpoint(ctx, c)
+}
+
+// TestCheckpointOverlapsTheRequest: a step's checkpoint is written to the
+// store while the next model request is out (its commit is not on the way
+// to the model), in step order, and every one is in the store when the
+// run returns.
+func TestCheckpointOverlapsTheRequest(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.CheckpointEvery = ptr(1)
+	asked := make([]chan struct{}, 4) // asked[n]: request n is out
+	for i := range asked {
+		asked[i] = make(chan struct{})
+	}
+	turn := func(n int, reply ModelReply) func(ModelRequest) (ModelReply, error) {
+		return func(ModelRequest) (ModelReply, error) { close(asked[n]); return reply, nil }
+	}
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		turn(1, callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"})),
+		turn(2, callReply(ToolWriteFile, map[string]any{"path": "two.txt", "content": "2\n"})),
+		turn(3, final("done")),
+	}}
+	store := &gatedCheckpoints{memStore: newMemStore()}
+	store.wait = func(step int) bool {
+		select { // step n's checkpoint is written while request n+1 is out
+		case <-asked[step+1]:
+			return true
+		case <-time.After(time.Minute):
+			return false
+		}
+	}
+	opts := f.opts(testTask("cp-behind"), m)
+	opts.Store = store
+	res, err := Run(context.Background(), opts)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if len(store.late) > 0 {
+		t.Fatalf("checkpoints of steps %v were written before the next request went out", store.late)
+	}
+	var steps []int
+	for _, c := range store.cps {
+		steps = append(steps, c.Step)
+	}
+	if fmt.Sprint(steps) != "[1 2]" {
+		t.Fatalf("checkpoints in the store at the run's end: steps %v, want [1 2]", steps)
 	}
 }

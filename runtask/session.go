@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -174,14 +175,17 @@ func getenvOr(f func(string) string) func(string) string {
 
 // runner is one run in progress.
 type runner struct {
-	opts        Options
-	restartBase string // set by neverSaved: the base a run killed before its first save starts over from
-	task        Task
-	cfg         conductor.Config
-	getenv      func(string) string
-	now         func() time.Time
-	lim         limits
-	tools       []string
+	opts      Options
+	handedOff sync.Once // Options.LoopDone called
+	// checkpointing is the checkpoint checkpointBehind started (nil: none).
+	checkpointing chan checkpointOutcome
+	restartBase   string // set by neverSaved: the base a run killed before its first save starts over from
+	task          Task
+	cfg           conductor.Config
+	getenv        func(string) string
+	now           func() time.Time
+	lim           limits
+	tools         []string
 
 	repo     patch.Git
 	pool     *Pool
@@ -497,13 +501,21 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
 	r.announced.Store(true)
 	status, msg := sess.Turn(ctx)
-	if r.opts.LoopDone != nil {
-		// The next job on this lane finds the slots free, not still on
-		// their way back.
+	r.handOff()
+	return r.finish(ctx, status, msg)
+}
+
+// handOff tells Options.LoopDone, once, that the conversation has ended:
+// the queue gives the job's lane to its next job. The next job on this
+// lane finds the model slots free, not still on their way back.
+func (r *runner) handOff() {
+	if r.opts.LoopDone == nil {
+		return
+	}
+	r.handedOff.Do(func() {
 		r.drainSlots()
 		r.opts.LoopDone()
-	}
-	return r.finish(ctx, status, msg)
+	})
 }
 
 // claim takes the task through Options.Claim (nil: nothing to take).
@@ -745,7 +757,8 @@ func (r *runner) prepareWorktree(ctx context.Context, mode runMode, secretEnv []
 	// (defence in depth: the scan after each command is the boundary).
 	gitlinks, _ := patch.IndexGitlinks(filepath.Join(r.lease.Meta.GitDir, "index"))
 	r.tb = &toolbox{root: root, dir: r.lease.Dir(), git: r.lease.Git, role: r.opts.Role,
-		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks, warn: r.stderr}
+		allowed: map[string]bool{}, sb: r.opts.Sandbox, env: env, scratch: r.scratch, lim: r.lim, readOnly: gitlinks, warn: r.stderr,
+		groupSync: true}
 	for _, name := range r.tools {
 		r.tb.allowed[name] = true
 	}
@@ -753,6 +766,7 @@ func (r *runner) prepareWorktree(ctx context.Context, mode runMode, secretEnv []
 		r.warnf("no sandbox configured: run_command calls will fail")
 	}
 	return func() {
+		syncFiles(r.tb.takeUnsynced()) // none: every save and the finish took them
 		os.RemoveAll(r.scratch)
 		root.Close()
 	}, nil
@@ -986,7 +1000,14 @@ func (r *runner) stateWrite() (func() error, error) {
 		return nil, err
 	}
 	log, dir := r.log, r.sessDir
+	var files []*os.File // the step's written files: durable before the lines that record them
+	if r.tb != nil {
+		files = r.tb.takeUnsynced()
+	}
 	return func() error {
+		if err := syncFiles(files); err != nil {
+			return err
+		}
 		if log != nil {
 			if err := log.Sync(); err != nil {
 				return fmt.Errorf("transcript: %w", err)
@@ -1053,7 +1074,8 @@ const FinishTimeout = 2 * time.Minute
 // keeps the worktree. Work is never lost: the worktree is torn down only
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
-	r.dropFirst() // an early request the run ended without
+	r.dropFirst()        // an early request the run ended without
+	r.settleCheckpoint() // the store has every checkpoint before the run's end
 	ctx = context.WithoutCancel(ctx)
 	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
 	defer cancel()
@@ -1085,6 +1107,11 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 			st.LastPatch = r.runDir.Path(runrec.PatchFile)
 		}
 		r.touched.update(r.root, r.touchedPaths()...)
+	}
+	if r.tb != nil {
+		if err := syncFiles(r.tb.takeUnsynced()); err != nil {
+			r.warnf("worktree: %v", err)
+		}
 	}
 	if r.log != nil {
 		r.transcript(transcriptLine{Type: lineStop, Step: st.Step, Status: res.Status, Text: res.Error})
@@ -1244,6 +1271,11 @@ func (r *runner) loop(ctx context.Context) (status, msg string) {
 		st.Messages = append(st.Messages, msg)
 		line := transcriptLine{Type: lineModel, Step: st.Step, Message: &msg, FinishReason: reply.FinishReason, Usage: reply.Usage, UsageUnknown: reply.Usage == nil, Quirks: reply.Quirks}
 		r.transcript(line)
+		if len(msg.ToolCalls) == 0 && reply.FinishReason != "length" {
+			// The last answer: no request follows, so the lane is handed
+			// over before this answer's save.
+			r.handOff()
+		}
 		// Group commit: a reply that calls tools is made durable in the
 		// transcript alone (one fsync; adoptRecordedReply rebuilds it
 		// into the state on resume), and the state is written once, with
@@ -1288,7 +1320,7 @@ func (r *runner) loop(ctx context.Context) (status, msg string) {
 			return runrec.StatusFailed, err.Error()
 		}
 		if r.lim.CheckpointEvery > 0 && st.Step%r.lim.CheckpointEvery == 0 {
-			r.checkpoint(lctx)
+			r.checkpointBehind(lctx)
 		}
 	}
 }

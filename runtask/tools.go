@@ -54,6 +54,46 @@ type toolbox struct {
 	// commands (sandbox.Spec.ReadOnlyDirs).
 	readOnly []string
 	warn     io.Writer // the run's stderr (kept in stderr.txt): the sandbox's warnings
+	// groupSync leaves the fsync of written files to the step's group
+	// commit (takeUnsynced): the file tools hand their still-open files
+	// over instead of syncing them before they answer.
+	groupSync bool
+	unsynced  []*os.File
+}
+
+// takeUnsynced returns the files written since the last call, still open
+// and not yet fsynced; the caller syncs and closes them.
+func (tb *toolbox) takeUnsynced() []*os.File {
+	f := tb.unsynced
+	tb.unsynced = nil
+	return f
+}
+
+// syncFile makes a file durable (a variable: tests watch it).
+var syncFile = (*os.File).Sync
+
+// syncFiles fsyncs and closes files and returns the first error.
+func syncFiles(files []*os.File) error {
+	var first error
+	for _, f := range files {
+		err := syncFile(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil && first == nil {
+			first = fmt.Errorf("fsync %s: %w", filepath.Base(f.Name()), err)
+		}
+	}
+	return first
+}
+
+// write replaces a worktree file (writeRegular); with groupSync its fsync
+// waits for the step's group commit.
+func (tb *toolbox) write(p string, data []byte) error {
+	if !tb.groupSync {
+		return writeRegular(tb.root, p, data, nil)
+	}
+	return writeRegular(tb.root, p, data, func(f *os.File) { tb.unsynced = append(tb.unsynced, f) })
 }
 
 // toolResult is one executed call.
@@ -337,8 +377,11 @@ func readRegular(root *os.Root, p string, max int64) ([]byte, fs.FileInfo, error
 // a temp file beside it is written, fsynced and renamed over it, so a
 // conductor killed mid-write leaves the old content or the new, never half
 // (a kill between create and rename can leave the temp file, named
-// .NAME.conductor-tmp-*, in the worktree).
-func writeRegular(root *os.Root, p string, data []byte) error {
+// .NAME.conductor-tmp-*, in the worktree). With keep, the file is renamed
+// before its fsync and handed to keep still open: the caller makes it
+// durable before anything that records the write is (a power cut can
+// lose the new content only with its record).
+func writeRegular(root *os.Root, p string, data []byte, keep func(*os.File)) error {
 	mode := os.FileMode(0o644)
 	if _, err := root.Lstat(p); err == nil {
 		f, fi, err := openRegular(root, p, os.O_RDONLY, 0)
@@ -361,18 +404,26 @@ func writeRegular(root *os.Root, p string, data []byte) error {
 	if err == nil {
 		err = f.Chmod(mode)
 	}
-	if err == nil {
-		err = f.Sync()
+	if err == nil && keep == nil {
+		err = syncFile(f)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if keep == nil || err != nil {
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if err == nil {
 		err = root.Rename(tmp, p)
+		if err != nil && keep != nil {
+			f.Close()
+		}
 	}
 	if err != nil {
 		root.Remove(tmp)
 		return errors.New(stripRootErr(err))
+	}
+	if keep != nil {
+		keep(f)
 	}
 	return nil
 }
@@ -474,7 +525,7 @@ func (tb *toolbox) writeFile(args string) toolResult {
 			return errResult("write %s: %s", p, stripRootErr(err))
 		}
 	}
-	if err := writeRegular(tb.root, p, []byte(*a.Content)); err != nil {
+	if err := tb.write(p, []byte(*a.Content)); err != nil {
 		return errResult("write %s: %v", p, err)
 	}
 	return toolResult{Content: fmt.Sprintf("wrote %s (%d bytes)", p, len(*a.Content)), Touched: []string{p}}
@@ -514,7 +565,7 @@ func (tb *toolbox) editFile(args string) toolResult {
 		return errResult("edit %s: old_string matches %d places; include more surrounding text so it matches exactly once", p, n)
 	}
 	out := strings.Replace(string(b), *a.OldString, *a.NewString, 1)
-	if err := writeRegular(tb.root, p, []byte(out)); err != nil {
+	if err := tb.write(p, []byte(out)); err != nil {
 		return errResult("edit %s: %v", p, err)
 	}
 	return toolResult{Content: fmt.Sprintf("edited %s", p), Touched: []string{p}}
