@@ -260,3 +260,60 @@ func TestCheckpointOverlapsTheRequest(t *testing.T) {
 		t.Fatalf("checkpoints in the store at the run's end: steps %v, want [1 2]", steps)
 	}
 }
+
+// eventWatch is a progress writer that closes seen when the event named
+// want is written.
+type eventWatch struct {
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *eventWatch) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), `"event":"`+w.want+`"`) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return len(p), nil
+}
+
+// TestStartSaveOverlapsTheFirstAnswer: a new round's last start save
+// (the state with its opening) is made while the first request, already
+// out, is answered: the run goes on to its loop without waiting for the
+// disk, and the first answer is acted on only once that save is done.
+func TestStartSaveOverlapsTheFirstAnswer(t *testing.T) {
+	f := newFixture(t)
+	watch := &eventWatch{want: "start", seen: make(chan struct{})}
+	opts := f.opts(testTask("start-behind"), &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		call(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}),
+		finalTurn("done"),
+	}})
+	opts.RunID, opts.Events, opts.JSON = "r-start-behind", watch, true
+	transcript := filepath.Join(f.data, "runs", opts.RunID, runrec.TranscriptFile)
+	var saves int
+	var problems []string
+	holdStateWrites(t, func(st sessionState) error {
+		if st.Step != 0 {
+			return nil
+		}
+		if saves++; saves != 2 { // the take's save, then the start's
+			return nil
+		}
+		select {
+		case <-watch.seen:
+		case <-time.After(time.Minute):
+			problems = append(problems, "the run waited for the start save before its loop")
+		}
+		time.Sleep(20 * time.Millisecond) // the first answer is back meanwhile
+		if b, _ := os.ReadFile(transcript); strings.Contains(string(b), `"type":"model"`) {
+			problems = append(problems, "the first answer was acted on before the start save was done")
+		}
+		return nil
+	})
+	res, err := Run(context.Background(), opts)
+	if err != nil || res.Status != runrec.StatusSucceeded || res.Steps != 2 {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	if saves < 2 || len(problems) > 0 {
+		t.Fatalf("%d saves at step 0; %v", saves, problems)
+	}
+}

@@ -495,7 +495,13 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	}
 	st, t := r.state, r.task
 	st.Status = runrec.StatusRunning
-	if err := r.save(); err != nil {
+	save := r.save
+	if r.first != nil {
+		// The first request is out: this save overlaps its answer, and
+		// the loop settles it before it acts on the answer (saveBehind).
+		save = r.saveBehind
+	}
+	if err := save(); err != nil {
 		return r.fail(ctx, err)
 	}
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
