@@ -317,3 +317,77 @@ func TestStartSaveOverlapsTheFirstAnswer(t *testing.T) {
 		t.Fatalf("%d saves at step 0; %v", saves, problems)
 	}
 }
+
+// gatedRuns is a store whose first run row waits for a signal.
+type gatedRuns struct {
+	*memStore
+	wait  func() bool // false: the signal never came
+	late  bool
+	order []string
+}
+
+func (g *gatedRuns) PutRun(ctx context.Context, r bus.Run) error {
+	g.mu.Lock()
+	first := len(g.order) == 0
+	g.mu.Unlock()
+	if first && !g.wait() {
+		g.late = true
+	}
+	g.mu.Lock()
+	g.order = append(g.order, r.Status)
+	g.mu.Unlock()
+	return g.memStore.PutRun(ctx, r)
+}
+
+// TestStartRowOverlapsTheTake: the start's store row is written while the
+// worktree is taken (after the folder's record), and it is in the store
+// before the conversation's first tool runs and before the final row.
+func TestStartRowOverlapsTheTake(t *testing.T) {
+	f := newFixture(t)
+	taken := make(chan struct{})
+	var once sync.Once
+	setFaultHook(t, func(point string) {
+		if point == faultAcquired {
+			once.Do(func() { close(taken) })
+		}
+	})
+	store := &gatedRuns{memStore: newMemStore()}
+	store.wait = func() bool {
+		select {
+		case <-taken:
+			return true
+		case <-time.After(time.Minute):
+			return false
+		}
+	}
+	var rowsAtTool []string
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
+		call(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}),
+		func(ModelRequest) (ModelReply, error) {
+			store.mu.Lock()
+			rowsAtTool = append([]string(nil), store.order...)
+			store.mu.Unlock()
+			return final("done"), nil
+		},
+	}}
+	opts := f.opts(testTask("start-row"), m)
+	opts.Store, opts.RunID = store, "r-start-row"
+	var heard []string
+	opts.RunRowPut = func(row bus.Run, err error) { heard = append(heard, row.Status) }
+	res, err := Run(context.Background(), opts)
+	if err != nil || res.Status != runrec.StatusSucceeded {
+		t.Fatalf("run: %v %+v", err, res)
+	}
+	if store.late {
+		t.Fatal("the start's row was written before the worktree was taken")
+	}
+	if fmt.Sprint(rowsAtTool) != "[running]" {
+		t.Fatalf("rows in the store when the second request went out: %v, want [running]", rowsAtTool)
+	}
+	if fmt.Sprint(store.order) != "[running succeeded]" || fmt.Sprint(heard) != "[running succeeded]" {
+		t.Fatalf("rows written %v, heard %v; want [running succeeded] both", store.order, heard)
+	}
+	if got, _ := store.GetRun(context.Background(), opts.RunID); got.Status != runrec.StatusSucceeded {
+		t.Fatalf("the store's row at the end: %s", got.Status)
+	}
+}

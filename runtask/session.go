@@ -179,13 +179,16 @@ type runner struct {
 	handedOff sync.Once // Options.LoopDone called
 	// checkpointing is the checkpoint checkpointBehind started (nil: none).
 	checkpointing chan checkpointOutcome
-	restartBase   string // set by neverSaved: the base a run killed before its first save starts over from
-	task          Task
-	cfg           conductor.Config
-	getenv        func(string) string
-	now           func() time.Time
-	lim           limits
-	tools         []string
+	// starting is the start's store writes (recordStart; nil: none or
+	// settled).
+	starting    chan startOutcome
+	restartBase string // set by neverSaved: the base a run killed before its first save starts over from
+	task        Task
+	cfg         conductor.Config
+	getenv      func(string) string
+	now         func() time.Time
+	lim         limits
+	tools       []string
 
 	repo     patch.Git
 	pool     *Pool
@@ -504,6 +507,7 @@ func (r *runner) execute(ctx context.Context, mode runMode) (runrec.Result, erro
 	if err := save(); err != nil {
 		return r.fail(ctx, err)
 	}
+	r.settleStart()
 	r.ev.emit(Event{Event: "start", Time: r.now(), RunID: st.RunID, Text: fmt.Sprintf("task %s, session %s, model %s, worktree %s", t.ID, t.Session, st.ModelAlias, r.lease.Dir())})
 	r.announced.Store(true)
 	status, msg := sess.Turn(ctx)
@@ -720,13 +724,48 @@ func (r *runner) recordStart(ctx context.Context, mode runMode) error {
 		}
 	}
 	r.result = r.baseResult()
-	if err := r.record(ctx); err != nil {
-		return err
+	if err := r.runDir.WriteResult(r.result); err != nil {
+		return fmt.Errorf("run record: %w", err)
 	}
+	if r.opts.Store == nil {
+		return nil
+	}
+	// The store's row and the started event follow the folder's record
+	// while the worktree is taken; settleStart waits for them before the
+	// run's conversation and before any later row.
 	t, st := r.task, r.state
-	r.event(ctx, bus.EventStarted, map[string]any{"runtime": cmp.Or(t.Runtime, RuntimeBuiltin), "harnessAlias": r.harness(),
-		"modelAlias": st.ModelAlias, "session": t.Session, "resumed": mode == modeContinue})
+	store, row := r.opts.Store, bus.RunFromResult(r.result)
+	md := map[string]any{"runtime": cmp.Or(t.Runtime, RuntimeBuiltin), "harnessAlias": r.harness(),
+		"modelAlias": st.ModelAlias, "session": t.Session, "resumed": mode == modeContinue}
+	ctx = context.WithoutCancel(ctx)
+	done := make(chan startOutcome, 1)
+	go func() {
+		out := startOutcome{row: row, rowErr: store.PutRun(ctx, row)}
+		out.eventErr = bus.Emit(ctx, store, bus.EventStarted, row.ID, t.ID, "conductor", md)
+		done <- out
+	}()
+	r.starting = done
 	return nil
+}
+
+// startOutcome is what the start's store writes returned.
+type startOutcome struct {
+	row              bus.Run
+	rowErr, eventErr error
+}
+
+// settleStart waits for the start's store writes and reports them.
+func (r *runner) settleStart() {
+	if r.starting == nil {
+		return
+	}
+	out := <-r.starting
+	r.starting = nil
+	r.storeResult(out.rowErr, "record run "+out.row.ID)
+	if r.opts.RunRowPut != nil {
+		r.opts.RunRowPut(out.row, out.rowErr)
+	}
+	r.storeResult(out.eventErr, "event "+bus.EventStarted)
 }
 
 // prepareWorktree takes the session's worktree, opens it as the tools'
@@ -1081,6 +1120,7 @@ const FinishTimeout = 2 * time.Minute
 // after the patch and the record are safely written.
 func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result, error) {
 	r.dropFirst()        // an early request the run ended without
+	r.settleStart()      // the start's row before the final one
 	r.settleCheckpoint() // the store has every checkpoint before the run's end
 	ctx = context.WithoutCancel(ctx)
 	ctx, cancel := context.WithTimeout(ctx, FinishTimeout)
