@@ -124,8 +124,12 @@ func (p *Pool) neutralPath(slot string) string { return filepath.Join(p.Dir, slo
 // neutralDir is the lease's kept neutral git dir.
 func (l *Lease) neutralDir() string { return l.pool.neutralPath(l.Meta.Slot) }
 
-// withPoolLock runs fn holding the pool-wide lock (metadata changes only;
-// slow git work happens outside it).
+// withPoolLock runs fn holding the pool-wide lock: the scans that pick
+// slots by their metadata and the adding and removing of slots. A slot's
+// own metadata is written by the holder of its lock file alone (every
+// process tries that lock before it acts on a slot, and ReplaceFile
+// swaps the file whole), so those writes, and their fsyncs, happen
+// outside the pool-wide lock. Slow git work happens outside it too.
 func (p *Pool) withPoolLock(fn func() error) error {
 	l, err := filelock.Lock(filepath.Join(p.Dir, "pool.lock"))
 	if err != nil {
@@ -245,14 +249,19 @@ func (p *Pool) takeFree(ctx context.Context, base, owner string) (*Lease, error)
 		}
 		m := cands[0].meta
 		m.State, m.Owner, m.LastUsed = SlotBusy, owner, p.Now()
-		if err := p.writeMeta(m); err != nil {
-			filelock.Unlock(cands[0].lock)
-			return err
-		}
 		lease = &Lease{Meta: m, Git: patch.Git{GitDir: m.GitDir, WorkTree: m.Worktree}, pool: p, lock: cands[0].lock}
 		return nil
 	})
-	return lease, err
+	if err != nil || lease == nil {
+		return nil, err
+	}
+	// The slot's lock is ours: its metadata is written outside the
+	// pool-wide lock.
+	if err := p.writeMeta(lease.Meta); err != nil {
+		filelock.Unlock(lease.lock)
+		return nil, err
+	}
+	return lease, nil
 }
 
 // distance is how far commit a is from b (0 when equal; commits unknown to
@@ -738,7 +747,7 @@ func (l *Lease) free(ctx context.Context) error {
 		l.Meta.Bytes = dirSize(l.Meta.Worktree)
 	}
 	l.Meta.State, l.Meta.Owner, l.Meta.LastUsed = SlotFree, "", p.Now()
-	err := p.withPoolLock(func() error { return p.writeMeta(l.Meta) })
+	err := p.writeMeta(l.Meta) // before the slot's lock is given up
 	filelock.Unlock(l.lock)
 	l.lock = nil
 	if err != nil {
@@ -758,7 +767,7 @@ func (l *Lease) Keep() error {
 		return err
 	}
 	l.Meta.LastUsed = l.pool.Now()
-	err := l.pool.withPoolLock(func() error { return l.pool.writeMeta(l.Meta) })
+	err := l.pool.writeMeta(l.Meta) // before the slot's lock is given up
 	filelock.Unlock(l.lock)
 	l.lock = nil
 	return err
@@ -812,6 +821,13 @@ func (p *Pool) removeSlot(ctx context.Context, m SlotMeta) error {
 // evict discards free worktrees beyond MaxCount or MaxBytes, least recently
 // used first.
 func (p *Pool) evict(ctx context.Context) ([]string, error) {
+	if p.MaxBytes <= 0 {
+		// No more slots than MaxCount: no free one beyond it (a slot
+		// added meanwhile evicts for itself when it is freed).
+		if names, err := p.slots(); err == nil && len(names) <= p.MaxCount {
+			return nil, nil
+		}
+	}
 	var victims []*Lease
 	err := p.withPoolLock(func() error {
 		names, err := p.slots()

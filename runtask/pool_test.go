@@ -2,6 +2,7 @@ package runtask
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/filelock"
 	pgit "github.com/conductor-dev/conductor/patch/git" // git names a test helper in this package
 )
 
@@ -434,5 +436,84 @@ func TestChangedFilesNeverEntersSubmodules(t *testing.T) {
 	}
 	if len(files) != 1 || files[0] != ".gitmodules" {
 		t.Fatalf("changed files %q", files)
+	}
+}
+
+// TestPoolMetaWritesOutsideThePoolLock: a lease's own metadata (the take's
+// busy mark once its slot is picked, the release's free mark, Keep) is
+// written under its slot's lock alone, so a process that holds the
+// pool-wide lock (another worker scanning the pool) does not hold up a
+// release; and many takes and releases at once never share a worktree.
+func TestPoolMetaWritesOutsideThePoolLock(t *testing.T) {
+	ctx := context.Background()
+	p, _, base := newTestPool(t, 4)
+	l, err := p.Acquire(ctx, base, "o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := filelock.Lock(filepath.Join(p.Dir, "pool.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		filelock.Unlock(held)
+		t.Fatal("the release waited for the pool-wide lock")
+	}
+	filelock.Unlock(held)
+	if st, err := p.Status(ctx); err != nil || len(st) != 1 || st[0].State != SlotFree {
+		t.Fatalf("pool after the release: %+v %v", st, err)
+	}
+
+	var mu sync.Mutex
+	inUse := map[string]bool{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 6; i++ {
+				l, err := p.Acquire(ctx, base, fmt.Sprintf("o%d", g))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				if inUse[l.Dir()] {
+					errs <- fmt.Errorf("two leases share %s", l.Dir())
+				}
+				inUse[l.Dir()] = true
+				mu.Unlock()
+				time.Sleep(time.Millisecond) // held a while: another take would overlap
+				mu.Lock()
+				delete(inUse, l.Dir())
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	st, err := p.Status(ctx)
+	if err != nil || len(st) > 4 {
+		t.Fatalf("pool keeps %d worktrees (at most 4): %v", len(st), err)
+	}
+	for _, s := range st {
+		if s.State != SlotFree {
+			t.Fatalf("slot %s left %s", s.Slot, s.State)
+		}
 	}
 }
