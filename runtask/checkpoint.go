@@ -37,20 +37,15 @@ func (r *runner) checkpointBehind(ctx context.Context) {
 	if put == nil {
 		return
 	}
-	done := make(chan checkpointOutcome, 1)
-	go func() { done <- put() }()
-	r.checkpointing = done
+	r.checkpointing.start(put)
 }
 
 // settleCheckpoint waits for the checkpoint checkpointBehind started and
 // reports its outcome.
 func (r *runner) settleCheckpoint() {
-	if r.checkpointing == nil {
-		return
+	if out, ok := r.checkpointing.settle(); ok {
+		r.checkpointDone(out)
 	}
-	out := <-r.checkpointing
-	r.checkpointing = nil
-	r.checkpointDone(out)
 }
 
 // checkpointPut snapshots the checkpoint row and returns the store writes

@@ -177,18 +177,18 @@ func getenvOr(f func(string) string) func(string) string {
 type runner struct {
 	opts      Options
 	handedOff sync.Once // Options.LoopDone called
-	// checkpointing is the checkpoint checkpointBehind started (nil: none).
-	checkpointing chan checkpointOutcome
-	// starting is the start's store writes (recordStart; nil: none or
-	// settled).
-	starting    chan startOutcome
-	restartBase string // set by neverSaved: the base a run killed before its first save starts over from
-	task        Task
-	cfg         conductor.Config
-	getenv      func(string) string
-	now         func() time.Time
-	lim         limits
-	tools       []string
+	// Writes still being made while the run goes on (see behind): the
+	// start's store row and event (recordStart, settleStart) and a
+	// checkpoint (checkpointBehind, settleCheckpoint).
+	starting      behind[startOutcome]
+	checkpointing behind[checkpointOutcome]
+	restartBase   string // set by neverSaved: the base a run killed before its first save starts over from
+	task          Task
+	cfg           conductor.Config
+	getenv        func(string) string
+	now           func() time.Time
+	lim           limits
+	tools         []string
 
 	repo     patch.Git
 	pool     *Pool
@@ -220,7 +220,7 @@ type runner struct {
 	knownChanges bool
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
-	saving        chan error
+	saving        behind[error]
 	first         *firstRequest  // the round's first request, sent early (sendFirst)
 	announced     atomic.Bool    // the "start" event is out
 	storeDown     bool           // the bus store failed: warned once, until it answers again
@@ -738,13 +738,11 @@ func (r *runner) recordStart(ctx context.Context, mode runMode) error {
 	md := map[string]any{"runtime": cmp.Or(t.Runtime, RuntimeBuiltin), "harnessAlias": r.harness(),
 		"modelAlias": st.ModelAlias, "session": t.Session, "resumed": mode == modeContinue}
 	ctx = context.WithoutCancel(ctx)
-	done := make(chan startOutcome, 1)
-	go func() {
+	r.starting.start(func() startOutcome {
 		out := startOutcome{row: row, rowErr: store.PutRun(ctx, row)}
 		out.eventErr = bus.Emit(ctx, store, bus.EventStarted, row.ID, t.ID, "conductor", md)
-		done <- out
-	}()
-	r.starting = done
+		return out
+	})
 	return nil
 }
 
@@ -756,11 +754,10 @@ type startOutcome struct {
 
 // settleStart waits for the start's store writes and reports them.
 func (r *runner) settleStart() {
-	if r.starting == nil {
+	out, ok := r.starting.settle()
+	if !ok {
 		return
 	}
-	out := <-r.starting
-	r.starting = nil
 	r.storeResult(out.rowErr, "record run "+out.row.ID)
 	if r.opts.RunRowPut != nil {
 		r.opts.RunRowPut(out.row, out.rowErr)
@@ -1015,20 +1012,36 @@ func (r *runner) saveBehind() error {
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- write() }()
-	r.saving = done
+	r.saving.start(write)
 	return nil
 }
 
 // settle waits for the save saveBehind started and returns its error.
 func (r *runner) settle() error {
-	if r.saving == nil {
-		return nil
-	}
-	err := <-r.saving
-	r.saving = nil
+	err, _ := r.saving.settle()
 	return err
+}
+
+// behind is one write started in the background, to be waited for
+// (settled) before anything that must follow it; its result is reported
+// by the goroutine that settles it.
+type behind[T any] struct{ done chan T }
+
+// start runs write in the background (after the previous one was settled).
+func (b *behind[T]) start(write func() T) {
+	done := make(chan T, 1)
+	go func() { done <- write() }()
+	b.done = done
+}
+
+// settle waits for the write start began; ok is false when there is none.
+func (b *behind[T]) settle() (v T, ok bool) {
+	if b.done == nil {
+		return v, false
+	}
+	v = <-b.done
+	b.done = nil
+	return v, true
 }
 
 // stateWrite settles the save in flight, snapshots the state and returns
