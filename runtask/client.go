@@ -640,6 +640,9 @@ func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byt
 		var b []byte
 		if resp.StatusCode/100 == 2 && isEventStream(resp.Header.Get("Content-Type")) {
 			b, err = readStreamed(rd, streamProgressFrom(ctx))
+			if err == nil {
+				drainStream(resp.Body, rd)
+			}
 			resp.Header = resp.Header.Clone()
 			resp.Header.Set("Content-Type", "application/json")
 		} else {
@@ -659,6 +662,22 @@ func (t *retryTransport) once(ctx context.Context, req *http.Request, body []byt
 		return nil, err
 	}
 	return resp, nil
+}
+
+// streamDrainGrace bounds how long an answer's end is waited for after its
+// "data: [DONE]".
+const streamDrainGrace = time.Second
+
+// drainStream reads an event stream from its "data: [DONE]" to its end
+// (at most 1 MiB, for at most streamDrainGrace; then body is closed). The
+// request is over only then: the server has finished answering it (a
+// model slot given back earlier could let another request reach a server
+// still counting this one), and the connection, read to its end, goes
+// back to the pool instead of being closed and dialled again.
+func drainStream(body io.Closer, rd io.Reader) {
+	t := time.AfterFunc(streamDrainGrace, func() { body.Close() })
+	defer t.Stop()
+	io.Copy(io.Discard, io.LimitReader(rd, 1<<20))
 }
 
 // retryableNetError reports whether a transport error is worth a retry:

@@ -866,3 +866,80 @@ func TestModelConnectionsReused(t *testing.T) {
 		t.Fatalf("%d connections for %d clients × %d requests: answers did not keep theirs", n, clients, rounds)
 	}
 }
+
+// sseAnswer writes a streamed answer ending in "data: [DONE]", flushed.
+func sseAnswer(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, chunk := range []string{
+		`{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"ok"},"finish_reason":null}]}`,
+		`{"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
+		`{"id":"x","object":"chat.completion.chunk","model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`,
+		`[DONE]`,
+	} {
+		io.WriteString(w, "data: "+chunk+"\n\n")
+	}
+	w.(http.Flusher).Flush()
+}
+
+// TestStreamReadToItsEnd: a streamed answer is read past its "data:
+// [DONE]" to the end of the response: the request is over only when the
+// server has finished it (a model slot given back at [DONE] let another
+// worker's request reach a server still answering this one: 3 requests at
+// once on an alias of 2), and its connection is reused. A server that
+// never ends the response after [DONE] holds the answer back for at most
+// a short grace.
+func TestStreamReadToItsEnd(t *testing.T) {
+	var dials atomic.Int32
+	var handlerDone atomic.Int64 // unix nanos when the last handler returned
+	hold := make(chan struct{})  // the "never ends" server waits for it
+	var holding atomic.Bool
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		sseAnswer(w)
+		if holding.Load() {
+			select {
+			case <-hold:
+			case <-time.After(30 * time.Second):
+			}
+		} else {
+			time.Sleep(100 * time.Millisecond) // the server's own end of the answer comes later
+		}
+		handlerDone.Store(time.Now().UnixNano())
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	spec := testSpec(t, srv.URL+"/v1")
+	spec.Stream = true
+	c := newTestClient(t, spec, nil)
+	req := ModelRequest{Messages: []openai.ChatCompletionMessage{{Role: "user", Content: "hi"}}}
+	for i := 0; i < 2; i++ {
+		reply, err := c.Complete(context.Background(), req)
+		if err != nil || reply.Message.Content != "ok" {
+			t.Fatalf("answer %d: %+v %v", i, reply, err)
+		}
+		returned := time.Now().UnixNano()
+		if done := handlerDone.Load(); done == 0 || done > returned {
+			t.Fatalf("answer %d: the request returned before the server had finished it", i)
+		}
+		handlerDone.Store(0)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d connections for 2 answers read to their end, want 1", n)
+	}
+
+	holding.Store(true)
+	reply, err := c.Complete(context.Background(), req)
+	ended := handlerDone.Load()
+	close(hold)
+	if err != nil || reply.Message.Content != "ok" {
+		t.Fatalf("answer of a server that keeps the response open: %+v %v", reply, err)
+	}
+	if ended != 0 {
+		t.Fatal("the request waited for a response the server never ended")
+	}
+}
