@@ -175,20 +175,14 @@ func getenvOr(f func(string) string) func(string) string {
 
 // runner is one run in progress.
 type runner struct {
-	opts      Options
-	handedOff sync.Once // Options.LoopDone called
-	// Writes still being made while the run goes on (see behind): the
-	// start's store row and event (recordStart, settleStart) and a
-	// checkpoint (checkpointBehind, settleCheckpoint).
-	starting      behind[startOutcome]
-	checkpointing behind[checkpointOutcome]
-	restartBase   string // set by neverSaved: the base a run killed before its first save starts over from
-	task          Task
-	cfg           conductor.Config
-	getenv        func(string) string
-	now           func() time.Time
-	lim           limits
-	tools         []string
+	opts        Options
+	restartBase string // set by neverSaved: the base a run killed before its first save starts over from
+	task        Task
+	cfg         conductor.Config
+	getenv      func(string) string
+	now         func() time.Time
+	lim         limits
+	tools       []string
 
 	repo     patch.Git
 	pool     *Pool
@@ -220,7 +214,13 @@ type runner struct {
 	knownChanges bool
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
-	saving        behind[error]
+	saving behind[error]
+	// The other writes still being made while the run goes on: the
+	// start's store row and event (recordStart, settleStart) and a
+	// checkpoint (checkpointBehind, settleCheckpoint).
+	starting      behind[startOutcome]
+	checkpointing behind[checkpointOutcome]
+	handedOff     sync.Once      // Options.LoopDone called
 	first         *firstRequest  // the round's first request, sent early (sendFirst)
 	announced     atomic.Bool    // the "start" event is out
 	storeDown     bool           // the bus store failed: warned once, until it answers again
