@@ -21,10 +21,8 @@ import (
 // worktree. Failures are warnings: the session state on disk still holds
 // every step.
 func (r *runner) checkpoint(ctx context.Context) {
+	r.checkpointBehind(ctx)
 	r.settleCheckpoint()
-	if put := r.checkpointPut(ctx); put != nil {
-		r.checkpointDone(put())
-	}
 }
 
 // checkpointBehind starts the same write and returns at once: the next
@@ -33,11 +31,9 @@ func (r *runner) checkpoint(ctx context.Context) {
 // store in order and all of them before the run's end.
 func (r *runner) checkpointBehind(ctx context.Context) {
 	r.settleCheckpoint()
-	put := r.checkpointPut(ctx)
-	if put == nil {
-		return
+	if put := r.checkpointPut(ctx); put != nil {
+		r.checkpointing.start(put)
 	}
-	r.checkpointing.start(put)
 }
 
 // settleCheckpoint waits for the checkpoint checkpointBehind started and

@@ -37,8 +37,7 @@ func TestFirstRequestOverlapsTheTake(t *testing.T) {
 // the model has the first request.
 func firstRequestBefore(t *testing.T, at string) {
 	f := newFixture(t)
-	requested := make(chan struct{})
-	var once sync.Once
+	answer, requested := signalling(callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}))
 	var late bool
 	setFaultHook(t, func(point string) {
 		if point != at {
@@ -50,13 +49,7 @@ func firstRequestBefore(t *testing.T, at string) {
 			late = true
 		}
 	})
-	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
-		func(ModelRequest) (ModelReply, error) {
-			once.Do(func() { close(requested) })
-			return callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}), nil
-		},
-		finalTurn("done"),
-	}}
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){answer, finalTurn("done")}}
 	opts := f.opts(testTask("early"), m)
 	var events strings.Builder
 	opts.Events, opts.JSON = &events, true
@@ -219,15 +212,8 @@ func TestLoopDoneBeforeTheFinish(t *testing.T) {
 // exists; the run then goes on as before.
 func TestClaimOverlapsTheFirstRequest(t *testing.T) {
 	f := newFixture(t)
-	requested := make(chan struct{})
-	var once sync.Once
-	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){
-		func(ModelRequest) (ModelReply, error) {
-			once.Do(func() { close(requested) })
-			return callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}), nil
-		},
-		finalTurn("done"),
-	}}
+	first, requested := signalling(callReply(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}))
+	m := &scriptModel{turns: []func(ModelRequest) (ModelReply, error){first, finalTurn("done")}}
 	opts := f.opts(testTask("claim"), m)
 	opts.RunID = "r-claim"
 	runDir := filepath.Join(f.data, "runs", opts.RunID)

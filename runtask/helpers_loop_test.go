@@ -233,6 +233,17 @@ func finalTurn(text string) func(ModelRequest) (ModelReply, error) {
 	return func(ModelRequest) (ModelReply, error) { return final(text), nil }
 }
 
+// signalling is a model turn answering reply that closes asked the first
+// time the model is asked for it.
+func signalling(reply ModelReply) (turn func(ModelRequest) (ModelReply, error), asked <-chan struct{}) {
+	ch := make(chan struct{})
+	var once sync.Once
+	return func(ModelRequest) (ModelReply, error) {
+		once.Do(func() { close(ch) })
+		return reply, nil
+	}, ch
+}
+
 // testTask returns a valid task for session.
 func testTask(session string) Task {
 	return Task{TaskVersion: 1, ID: "t-test", Prompt: "Change the answer to 42.", Workspace: "demo",

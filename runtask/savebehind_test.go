@@ -197,20 +197,43 @@ func TestWrittenFileSyncedWithTheStepSave(t *testing.T) {
 	}
 }
 
-// gatedCheckpoints is a store whose checkpoint writes wait for a signal.
-type gatedCheckpoints struct {
+// gatedStore is a store whose checkpoint writes and first run row can
+// wait for a signal first; a wait that returns false (the signal never
+// came) is noted late. runs lists the statuses of the rows written.
+type gatedStore struct {
 	*memStore
-	wait func(step int) bool // false: the signal never came
-	late []int
+	checkpoint func(step int) bool // nil: no wait
+	firstRun   func() bool         // nil: no wait
+	late       []string
+	runs       []string
 }
 
-func (g *gatedCheckpoints) PutCheckpoint(ctx context.Context, c bus.Checkpoint) error {
-	if !g.wait(c.Step) {
+func (g *gatedStore) wait(gate func() bool, what string) {
+	if gate != nil && !gate() {
 		g.mu.Lock()
-		g.late = append(g.late, c.Step)
+		g.late = append(g.late, what)
 		g.mu.Unlock()
 	}
+}
+
+func (g *gatedStore) PutCheckpoint(ctx context.Context, c bus.Checkpoint) error {
+	if g.checkpoint != nil {
+		g.wait(func() bool { return g.checkpoint(c.Step) }, fmt.Sprintf("checkpoint %d", c.Step))
+	}
 	return g.memStore.PutCheckpoint(ctx, c)
+}
+
+func (g *gatedStore) PutRun(ctx context.Context, r bus.Run) error {
+	g.mu.Lock()
+	first := len(g.runs) == 0
+	g.mu.Unlock()
+	if first {
+		g.wait(g.firstRun, "run row "+r.Status)
+	}
+	g.mu.Lock()
+	g.runs = append(g.runs, r.Status)
+	g.mu.Unlock()
+	return g.memStore.PutRun(ctx, r)
 }
 
 // TestCheckpointOverlapsTheRequest: a step's checkpoint is written to the
@@ -232,8 +255,8 @@ func TestCheckpointOverlapsTheRequest(t *testing.T) {
 		turn(2, callReply(ToolWriteFile, map[string]any{"path": "two.txt", "content": "2\n"})),
 		turn(3, final("done")),
 	}}
-	store := &gatedCheckpoints{memStore: newMemStore()}
-	store.wait = func(step int) bool {
+	store := &gatedStore{memStore: newMemStore()}
+	store.checkpoint = func(step int) bool {
 		select { // step n's checkpoint is written while request n+1 is out
 		case <-asked[step+1]:
 			return true
@@ -250,7 +273,7 @@ func TestCheckpointOverlapsTheRequest(t *testing.T) {
 	store.mu.Lock()
 	defer store.mu.Unlock()
 	if len(store.late) > 0 {
-		t.Fatalf("checkpoints of steps %v were written before the next request went out", store.late)
+		t.Fatalf("written before the next request went out: %v", store.late)
 	}
 	var steps []int
 	for _, c := range store.cps {
@@ -318,27 +341,6 @@ func TestStartSaveOverlapsTheFirstAnswer(t *testing.T) {
 	}
 }
 
-// gatedRuns is a store whose first run row waits for a signal.
-type gatedRuns struct {
-	*memStore
-	wait  func() bool // false: the signal never came
-	late  bool
-	order []string
-}
-
-func (g *gatedRuns) PutRun(ctx context.Context, r bus.Run) error {
-	g.mu.Lock()
-	first := len(g.order) == 0
-	g.mu.Unlock()
-	if first && !g.wait() {
-		g.late = true
-	}
-	g.mu.Lock()
-	g.order = append(g.order, r.Status)
-	g.mu.Unlock()
-	return g.memStore.PutRun(ctx, r)
-}
-
 // TestStartRowOverlapsTheTake: the start's store row is written while the
 // worktree is taken (after the folder's record), and it is in the store
 // before the conversation's first tool runs and before the final row.
@@ -351,8 +353,8 @@ func TestStartRowOverlapsTheTake(t *testing.T) {
 			once.Do(func() { close(taken) })
 		}
 	})
-	store := &gatedRuns{memStore: newMemStore()}
-	store.wait = func() bool {
+	store := &gatedStore{memStore: newMemStore()}
+	store.firstRun = func() bool {
 		select {
 		case <-taken:
 			return true
@@ -365,7 +367,7 @@ func TestStartRowOverlapsTheTake(t *testing.T) {
 		call(ToolWriteFile, map[string]any{"path": "one.txt", "content": "1\n"}),
 		func(ModelRequest) (ModelReply, error) {
 			store.mu.Lock()
-			rowsAtTool = append([]string(nil), store.order...)
+			rowsAtTool = append([]string(nil), store.runs...)
 			store.mu.Unlock()
 			return final("done"), nil
 		},
@@ -378,14 +380,14 @@ func TestStartRowOverlapsTheTake(t *testing.T) {
 	if err != nil || res.Status != runrec.StatusSucceeded {
 		t.Fatalf("run: %v %+v", err, res)
 	}
-	if store.late {
-		t.Fatal("the start's row was written before the worktree was taken")
+	if len(store.late) > 0 {
+		t.Fatalf("the start's row was written before the worktree was taken: %v", store.late)
 	}
 	if fmt.Sprint(rowsAtTool) != "[running]" {
 		t.Fatalf("rows in the store when the second request went out: %v, want [running]", rowsAtTool)
 	}
-	if fmt.Sprint(store.order) != "[running succeeded]" || fmt.Sprint(heard) != "[running succeeded]" {
-		t.Fatalf("rows written %v, heard %v; want [running succeeded] both", store.order, heard)
+	if fmt.Sprint(store.runs) != "[running succeeded]" || fmt.Sprint(heard) != "[running succeeded]" {
+		t.Fatalf("rows written %v, heard %v; want [running succeeded] both", store.runs, heard)
 	}
 	if got, _ := store.GetRun(context.Background(), opts.RunID); got.Status != runrec.StatusSucceeded {
 		t.Fatalf("the store's row at the end: %s", got.Status)

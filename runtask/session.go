@@ -758,11 +758,17 @@ func (r *runner) settleStart() {
 	if !ok {
 		return
 	}
-	r.storeResult(out.rowErr, "record run "+out.row.ID)
-	if r.opts.RunRowPut != nil {
-		r.opts.RunRowPut(out.row, out.rowErr)
-	}
+	r.rowPut(out.row, out.rowErr)
 	r.storeResult(out.eventErr, "event "+bus.EventStarted)
+}
+
+// rowPut reports a write of the run's row to the store (storeResult,
+// Options.RunRowPut).
+func (r *runner) rowPut(row bus.Run, err error) {
+	r.storeResult(err, "record run "+row.ID)
+	if r.opts.RunRowPut != nil {
+		r.opts.RunRowPut(row, err)
+	}
 }
 
 // prepareWorktree takes the session's worktree, opens it as the tools'
@@ -1108,11 +1114,7 @@ func (r *runner) record(ctx context.Context) error {
 	}
 	if r.opts.Store != nil {
 		row := bus.RunFromResult(r.result)
-		err := r.opts.Store.PutRun(context.WithoutCancel(ctx), row)
-		r.storeResult(err, "record run "+r.result.RunID)
-		if r.opts.RunRowPut != nil {
-			r.opts.RunRowPut(row, err)
-		}
+		r.rowPut(row, r.opts.Store.PutRun(context.WithoutCancel(ctx), row))
 	}
 	return nil
 }

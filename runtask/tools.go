@@ -404,21 +404,20 @@ func writeRegular(root *os.Root, p string, data []byte, keep func(*os.File)) err
 	if err == nil {
 		err = f.Chmod(mode)
 	}
-	if err == nil && keep == nil {
+	if err == nil && keep == nil { // synced and closed before the rename
 		err = syncFile(f)
-	}
-	if keep == nil || err != nil {
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
+		f = nil
 	}
 	if err == nil {
 		err = root.Rename(tmp, p)
-		if err != nil && keep != nil {
-			f.Close()
-		}
 	}
 	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		root.Remove(tmp)
 		return errors.New(stripRootErr(err))
 	}
