@@ -23,6 +23,7 @@
 //	  "mode": "sequential",            // or "history" (see below)
 //	  "rejectMissingContent": false,   // answer 400 like Ollama when a message has no content
 //	  "requireBearer": "",             // answer 401 unless Authorization: Bearer <this>
+//	  "forgetBodies": false,           // record requests without bodies and headers (long runs)
 //	  "turns": [ TURN, ... ],
 //	  "final": TURN                    // answer once turns run out (default "done", stop)
 //	}
@@ -34,7 +35,7 @@
 //	  "expect": ["substring", ...],            // the request must contain these
 //	  "expectLast": ["substring", ...],        // ... in its last message
 //	  "forbid": ["sk-secret", ...],            // ... and must not contain these
-//	  "latencyMs": 50,
+//	  "latencyMs": 50,                         // the answer starts 50 ms after the request arrived
 //	  "content": "text",
 //	  "toolCalls": [{"id": "call_1", "name": "read_file", "arguments": {"path": "a.go"}}],
 //	  "finishReason": "tool_calls",            // default: tool_calls with calls, else stop; "null" sends null

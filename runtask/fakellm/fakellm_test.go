@@ -363,3 +363,30 @@ func TestPeakConcurrency(t *testing.T) {
 		t.Errorf("after a reset with nothing in flight: peak %d, want 0", srv.Peak())
 	}
 }
+
+// TestForgetBodies: a script with forgetBodies still checks every request
+// against its turn, but the requests it records keep no body or header.
+func TestForgetBodies(t *testing.T) {
+	srv := fakellm.Start(mustParse(t, `{"forgetBodies": true, "turns": [{"expect": ["fix the bug"], "forbid": ["you are a worker"], "content": "ok"}]}`))
+	defer srv.Close()
+	if status, _, body := post(t, srv.URL(), userReq, "Authorization", "Bearer sk-kept-nowhere"); status != http.StatusOK {
+		t.Fatalf("status %d: %s", status, body)
+	}
+	reqs := srv.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests recorded, want 1", len(reqs))
+	}
+	r := reqs[0]
+	if r.Body != nil || r.Raw != nil || r.RawText != "" || r.Header != nil {
+		t.Errorf("forgetBodies kept the request: body %v, raw %q, header %v", r.Body, r.RawText, r.Header)
+	}
+	if r.Status != http.StatusOK || r.Turn != 0 || r.Path != "/v1/chat/completions" || r.Start.IsZero() || r.End.IsZero() {
+		t.Errorf("forgetBodies lost the request's facts: %+v", r)
+	}
+	// The turn's checks still read the body: the forbidden system prompt
+	// is a mismatch, the expected text is not.
+	ms := srv.Mismatches()
+	if len(ms) != 1 || ms[0].Kind != "forbid" || ms[0].Want != "you are a worker" {
+		t.Errorf("mismatches %+v, want the one forbid", ms)
+	}
+}

@@ -37,7 +37,8 @@ type RecordedRequest struct {
 	Turn int `json:"turn"`
 	// Status is the HTTP status answered (499: the client went away).
 	Status int `json:"status"`
-	// Remote is the client's address; Start and End bound the answer.
+	// Remote is the client's address; Start (the request's arrival) and
+	// End bound the answer.
 	Remote     string    `json:"remote,omitempty"`
 	Start, End time.Time `json:"-"`
 }
@@ -250,6 +251,7 @@ func (h *Handler) model() string {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	arrived := time.Now()
 	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "", "cannot read request body: "+err.Error(), "invalid_request_error")
@@ -258,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := RecordedRequest{
 		Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(),
 		Raw: json.RawMessage(body), RawText: string(body), Turn: -2,
-		Remote: r.RemoteAddr, Start: time.Now(),
+		Remote: r.RemoteAddr, Start: arrived,
 	}
 	chat := strings.TrimSuffix(r.URL.Path, "/") == "/v1/chat/completions" && r.Method == http.MethodPost
 	if chat {
@@ -317,11 +319,25 @@ func (h *Handler) AtPeak() []RecordedRequest {
 	return out
 }
 
-// record stores rec and gives it its index.
+// answerDelay is how long after now the answer of a request that arrived
+// at arrived starts, for a turn of latencyMs: the latency runs from the
+// arrival, so the fake's own reading, decoding and checking of the request
+// count inside it, as a real server's work does.
+func answerDelay(arrived time.Time, latencyMs int, now time.Time) time.Duration {
+	return max(0, arrived.Add(time.Duration(latencyMs)*time.Millisecond).Sub(now))
+}
+
+// record stores rec and gives it its index; with ForgetBodies the stored
+// copy keeps no body or header.
 func (h *Handler) record(rec *RecordedRequest) {
+	kept := *rec
+	if h.script.ForgetBodies {
+		kept.Header, kept.Raw, kept.RawText, kept.Body = nil, nil, "", nil
+	}
 	h.mu.Lock()
 	rec.Index = len(h.requests)
-	h.requests = append(h.requests, *rec)
+	kept.Index = rec.Index
+	h.requests = append(h.requests, kept)
 	h.mu.Unlock()
 }
 
@@ -378,7 +394,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	h.check(rec, idx, turn, &req, body)
 
 	if turn.LatencyMs > 0 {
-		t := time.NewTimer(time.Duration(turn.LatencyMs) * time.Millisecond)
+		t := time.NewTimer(answerDelay(rec.Start, turn.LatencyMs, time.Now()))
 		select {
 		case <-t.C:
 		case <-r.Context().Done():

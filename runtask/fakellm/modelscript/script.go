@@ -66,6 +66,12 @@ type Script struct {
 	// RequireBearer answers 401 unless the request carries
 	// "Authorization: Bearer <RequireBearer>".
 	RequireBearer string `json:"requireBearer,omitempty"`
+	// ForgetBodies records requests without their bodies and headers: a
+	// long run (the bench's thousands of requests) keeps no conversation
+	// in memory. Each request is still checked against its turn
+	// (mismatches work as before); Requests then holds only its method,
+	// path, turn, status and timing, and AtPeak lists nothing.
+	ForgetBodies bool `json:"forgetBodies,omitempty"`
 	// Turns are played in order.
 	Turns []Turn `json:"turns"`
 	// Final answers every request after the turns ran out; default a plain
@@ -84,7 +90,8 @@ type Turn struct {
 	ExpectLast []string `json:"expectLast,omitempty"`
 	// Forbid: substrings the request must not contain (secrets).
 	Forbid []string `json:"forbid,omitempty"`
-	// LatencyMs delays the answer.
+	// LatencyMs is how long after the request arrived its answer starts
+	// (the fake's own work on the request counts inside it).
 	LatencyMs int `json:"latencyMs,omitempty"`
 
 	Content   string     `json:"content,omitempty"`
