@@ -479,30 +479,38 @@ func findWorktree(repo Git, dir string) (abs, gitDir string, err error) {
 	if repo.GitDir == "" {
 		return "", "", fmt.Errorf("worktree %s: no repository given", dir)
 	}
+	// The candidates in turn, the first that is dir answering: the
+	// private git dir given (a pool's lease names its own), the main
+	// worktree, then every linked worktree git registered.
 	common := repo.CommonDir()
-	type candidate struct{ dir, gitDir string }
-	var candidates []candidate
-	if b, err := os.ReadFile(filepath.Join(repo.GitDir, "gitdir")); err == nil {
-		candidates = append(candidates, candidate{filepath.Dir(strings.TrimSpace(string(b))), repo.GitDir})
+	is := func(wt string) bool {
+		cfi, err := os.Stat(wt)
+		return err == nil && os.SameFile(fi, cfi)
 	}
-	if filepath.Base(common) == ".git" {
-		candidates = append(candidates, candidate{filepath.Dir(common), common})
+	// registered is the worktree the private git dir's gitdir file names.
+	registered := func(private string) (string, bool) {
+		b, err := os.ReadFile(filepath.Join(private, "gitdir"))
+		if err != nil {
+			return "", false
+		}
+		p := strings.TrimSpace(string(b))
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(private, p)
+		}
+		return filepath.Dir(p), true
+	}
+	if wt, ok := registered(repo.GitDir); ok && is(wt) {
+		return abs, repo.GitDir, nil
+	}
+	if filepath.Base(common) == ".git" && is(filepath.Dir(common)) {
+		return abs, common, nil
 	}
 	if entries, err := os.ReadDir(filepath.Join(common, "worktrees")); err == nil {
 		for _, e := range entries {
 			private := filepath.Join(common, "worktrees", e.Name())
-			if b, err := os.ReadFile(filepath.Join(private, "gitdir")); err == nil {
-				p := strings.TrimSpace(string(b))
-				if !filepath.IsAbs(p) {
-					p = filepath.Join(private, p)
-				}
-				candidates = append(candidates, candidate{filepath.Dir(p), private})
+			if wt, ok := registered(private); ok && is(wt) {
+				return abs, private, nil
 			}
-		}
-	}
-	for _, c := range candidates {
-		if cfi, err := os.Stat(c.dir); err == nil && os.SameFile(fi, cfi) {
-			return abs, c.gitDir, nil
 		}
 	}
 	return "", "", fmt.Errorf("worktree %s: not a worktree of repository %s", dir, common)

@@ -814,3 +814,40 @@ func TestIndexSeedable(t *testing.T) {
 		t.Error("a conflicted index is seedable")
 	}
 }
+
+// TestWorktreeRepoNamesItsOwnGitDir: whichever git dir of the repository
+// it is given (the common one, its own private one, another worktree's),
+// WorktreeRepo answers with the git dir git registered for that worktree,
+// found from the repository's records.
+func TestWorktreeRepoNamesItsOwnGitDir(t *testing.T) {
+	requireGit(t)
+	repo, wt1, _, base := linkedWorktree(t, 11)
+	private1 := privateGitDir(t, repo)
+	wt2 := filepath.Join(t.TempDir(), "wt2")
+	testGit(t, repo, nil, "worktree", "add", "-q", "--detach", wt2, base)
+	var private2 string
+	matches, _ := filepath.Glob(filepath.Join(repo, ".git", "worktrees", "*"))
+	for _, m := range matches {
+		if m != private1 {
+			private2 = m
+		}
+	}
+	common := filepath.Join(repo, ".git")
+	for _, c := range []struct{ given, dir, want string }{
+		{private1, wt1, private1},
+		{common, wt1, private1},
+		{common, wt2, private2},
+		{private1, wt2, private2},
+		{private1, repo, common},
+		{common, repo, common},
+	} {
+		g, err := WorktreeRepo(Git{GitDir: c.given}, c.dir)
+		if err != nil {
+			t.Errorf("given %s, worktree %s: %v", c.given, c.dir, err)
+			continue
+		}
+		if g.GitDir != c.want || g.WorkTree != c.dir {
+			t.Errorf("given %s, worktree %s: git dir %s, work tree %s; want %s", c.given, c.dir, g.GitDir, g.WorkTree, c.want)
+		}
+	}
+}

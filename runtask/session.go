@@ -1077,9 +1077,7 @@ func (r *runner) stateWrite() (func() error, error) {
 				return fmt.Errorf("transcript: %w", err)
 			}
 		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
+		// The folder is there: the session's lock file in it is held.
 		return writeState(dir, b)
 	}, nil
 }
