@@ -258,7 +258,9 @@ func (b *bench) rowQueue() error {
 			turns = append(turns, fmt.Sprintf(`{"latencyMs": 50, "toolCalls": [{"name": "read_file", "arguments": {"path": "notes/n%d.md"}}]}`, i-1))
 		}
 	}
-	script, err := fakellm.Parse([]byte(`{"mode": "history", "turns": [` + strings.Join(turns, ",") + `], "final": {"latencyMs": 50, "content": "done"}}`))
+	// The model keeps no request bodies: thousands of conversations in
+	// memory would cost the machine the row measures.
+	script, err := fakellm.Parse([]byte(`{"mode": "history", "forgetBodies": true, "turns": [` + strings.Join(turns, ",") + `], "final": {"latencyMs": 50, "content": "done"}}`))
 	if err != nil {
 		return err
 	}
@@ -339,6 +341,8 @@ func (b *bench) rowQueue() error {
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
+	calls := b.sz.queueSteps + 1
+	perJob := time.Duration(calls) * latency
 	seq := 0
 	push := func() (string, time.Time, error) {
 		seq++
@@ -349,25 +353,31 @@ func (b *bench) rowQueue() error {
 		return id, t0, rdb.RPush(b.ctx, queue.DefaultKey, payload).Err()
 	}
 	// wait polls the run records until every id has finished and returns
-	// their records.
+	// their records. notBefore (nil: none) is when the id at an index can
+	// have finished at the earliest; it is not looked at before then.
 	//
-	// A record is read again only when its file changed (records are
-	// replaced by rename, so a new inode or size): the poller must not eat
-	// the CPU the row measures.
+	// The poller must not eat the CPU the row measures: a record is read
+	// again only when its file changed (records are replaced by rename, so
+	// a new inode or size), and a job is not polled before it can have
+	// finished.
 	type seenFile struct {
 		ino  uint64
 		size int64
 	}
 	seen := map[string]seenFile{}
-	wait := func(ids []string, limit time.Duration) (map[string]runrec.Result, error) {
+	wait := func(ids []string, notBefore func(i int) time.Time, limit time.Duration) (map[string]runrec.Result, error) {
 		got := map[string]runrec.Result{}
 		deadline := time.Now().Add(limit)
 		for len(got) < len(ids) {
 			if worker.ProcessState != nil {
 				return nil, fmt.Errorf("worker exited: %s", tail(werr.String(), 600))
 			}
-			for _, id := range ids {
+			now := time.Now()
+			for i, id := range ids {
 				if _, ok := got[id]; ok {
+					continue
+				}
+				if notBefore != nil && now.Before(notBefore(i)) {
 					continue
 				}
 				path := filepath.Join(data, "runs", id, runrec.ResultFile)
@@ -418,8 +428,11 @@ func (b *bench) rowQueue() error {
 		}
 		// The burst ends when the poller (every 5 ms) has seen every final
 		// record: conservative, and unlike the records' finishedAt it
-		// includes writing the patch and the record.
-		if _, err := wait(ids, 5*time.Minute); err != nil {
+		// includes writing the patch and the record. The jobs are taken in
+		// order by `workers` lanes, each job's calls one after another, so
+		// the i-th cannot end before (i/workers + 1) jobs' model time.
+		notBefore := func(i int) time.Time { return t0.Add(time.Duration(i/workers+1) * perJob) }
+		if _, err := wait(ids, notBefore, 5*time.Minute); err != nil {
 			return 0, err
 		}
 		return time.Since(t0), nil
@@ -428,8 +441,6 @@ func (b *bench) rowQueue() error {
 	if _, err := burst(workers); err != nil {
 		return err
 	}
-	calls := b.sz.queueSteps + 1
-	perJob := time.Duration(calls) * latency
 	ideal := time.Duration(int(math.Ceil(float64(b.sz.queueJobs)/workers))) * perJob
 	var ratios []float64
 	var took []time.Duration
@@ -458,7 +469,7 @@ func (b *bench) rowQueue() error {
 		if err != nil {
 			return err
 		}
-		got, err := wait([]string{id}, time.Minute)
+		got, err := wait([]string{id}, nil, time.Minute)
 		if err != nil {
 			return err
 		}
