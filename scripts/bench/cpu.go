@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
@@ -61,4 +62,38 @@ func readCPU(pid int) cpuTimes {
 // sub is the CPU spent between two readings.
 func (t cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{proc: t.proc - o.proc, busy: t.busy - o.busy, all: t.all - o.all, ok: t.ok && o.ok}
+}
+
+// machineProbe times two things every job of the queue row does many
+// times, on the machine as it is now: starting a git process (`git
+// version`) and a small durable write (4 KiB written and fsynced in dir).
+// Measured before and after the row's bursts, it says how fast the
+// machine was while they ran: on a shared VM the same code's CPU per job
+// drifts by a third within an hour, and the row's ratio with it.
+func (b *bench) machineProbe(dir string) (exec, fsync time.Duration, err error) {
+	const n = 20
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := b.git(dir, "version"); err != nil {
+			return 0, 0, err
+		}
+	}
+	exec = time.Since(t0) / n
+	f, err := os.CreateTemp(dir, "probe-*")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	block := make([]byte, 4096)
+	t0 = time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := f.WriteAt(block, int64(i)*4096); err != nil {
+			return 0, 0, err
+		}
+		if err := f.Sync(); err != nil {
+			return 0, 0, err
+		}
+	}
+	return exec, time.Since(t0) / n, nil
 }

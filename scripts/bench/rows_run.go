@@ -447,6 +447,10 @@ func (b *bench) rowQueue() error {
 	// CPU over the bursts: the worker with the git processes it ran, and
 	// the whole machine (the worker, git, redis-server, the scripted model
 	// and the poller here). Steadier than the ratio from run to run.
+	probeExec0, probeSync0, err := b.machineProbe(home)
+	if err != nil {
+		return err
+	}
 	cpu0 := readCPU(worker.Process.Pid)
 	for i := 0; i < b.sz.queueBursts; i++ {
 		d, err := burst(b.sz.queueJobs)
@@ -457,6 +461,10 @@ func (b *bench) rowQueue() error {
 		ratios = append(ratios, ideal.Seconds()/d.Seconds())
 	}
 	cpu := readCPU(worker.Process.Pid).sub(cpu0)
+	probeExec1, probeSync1, err := b.machineProbe(home)
+	if err != nil {
+		return err
+	}
 	cpuCell := ""
 	if jobs := float64(b.sz.queueJobs * b.sz.queueBursts); cpu.ok && cpu.all > 0 {
 		cpuCell = fmt.Sprintf("; CPU per job: worker and its git %s, whole machine %s (%.0f%% of %d cores busy)",
@@ -490,8 +498,9 @@ func (b *bench) rowQueue() error {
 		floorCell: fmt.Sprintf("ideal %s per burst, %.1f jobs/s", fmtDur(ideal.Seconds()), float64(b.sz.queueJobs)/ideal.Seconds()),
 		ratioCell: fmt.Sprintf("**%.2f×** ideal (%.2f–%.2f)", med, lo, hi),
 		goal:      "≥ 0.90× ideal",
-		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %d bursts; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time",
-			workers, workers, b.sz.queueBursts, len(lat), fmtDur(am), fmtDur(perJob.Seconds())),
+		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %d bursts; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time; the machine before → after the bursts: a git process %s → %s, a 4 KiB write and fsync %s → %s",
+			workers, workers, b.sz.queueBursts, len(lat), fmtDur(am), fmtDur(perJob.Seconds()),
+			fmtDur(probeExec0.Seconds()), fmtDur(probeExec1.Seconds()), fmtDur(probeSync0.Seconds()), fmtDur(probeSync1.Seconds())),
 	})
 	return nil
 }
