@@ -12,7 +12,11 @@
 //	 "usage": {"prompt_tokens", "completion_tokens", "total_tokens"}}
 //
 // errors answer {"error": {"message", "type", "param", "code"}}, and GET
-// /v1/models lists the script's model. Streaming is not served.
+// /v1/models lists the script's model. A request with "stream": true is
+// answered as server-sent events: chat.completion.chunk objects carrying
+// the answer in 7-byte pieces (so a client's reassembly is always
+// exercised), the usage last when stream_options.include_usage asks for
+// it, then "data: [DONE]".
 //
 // # Script format
 //
