@@ -64,24 +64,29 @@ func (t cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{proc: t.proc - o.proc, busy: t.busy - o.busy, all: t.all - o.all, ok: t.ok && o.ok}
 }
 
+// machineSpeed is what machineProbe measured: the wall time of one git
+// process's start and of one 4 KiB write and fsync.
+type machineSpeed struct{ exec, fsync time.Duration }
+
 // machineProbe times two things every job of the queue row does many
 // times, on the machine as it is now: starting a git process (`git
 // version`) and a small durable write (4 KiB written and fsynced in dir).
 // Measured before and after the row's bursts, it says how fast the
 // machine was while they ran: on a shared VM the same code's CPU per job
 // drifts by a third within an hour, and the row's ratio with it.
-func (b *bench) machineProbe(dir string) (exec, fsync time.Duration, err error) {
+func (b *bench) machineProbe(dir string) (machineSpeed, error) {
 	const n = 20
+	var s machineSpeed
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
 		if _, err := b.git(dir, "version"); err != nil {
-			return 0, 0, err
+			return s, err
 		}
 	}
-	exec = time.Since(t0) / n
+	s.exec = time.Since(t0) / n
 	f, err := os.CreateTemp(dir, "probe-*")
 	if err != nil {
-		return 0, 0, err
+		return s, err
 	}
 	defer os.Remove(f.Name())
 	defer f.Close()
@@ -89,11 +94,12 @@ func (b *bench) machineProbe(dir string) (exec, fsync time.Duration, err error) 
 	t0 = time.Now()
 	for i := 0; i < n; i++ {
 		if _, err := f.WriteAt(block, int64(i)*4096); err != nil {
-			return 0, 0, err
+			return s, err
 		}
 		if err := f.Sync(); err != nil {
-			return 0, 0, err
+			return s, err
 		}
 	}
-	return exec, time.Since(t0) / n, nil
+	s.fsync = time.Since(t0) / n
+	return s, nil
 }

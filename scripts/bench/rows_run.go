@@ -444,13 +444,13 @@ func (b *bench) rowQueue() error {
 	ideal := time.Duration(int(math.Ceil(float64(b.sz.queueJobs)/workers))) * perJob
 	var ratios []float64
 	var took []time.Duration
-	// CPU over the bursts: the worker with the git processes it ran, and
-	// the whole machine (the worker, git, redis-server, the scripted model
-	// and the poller here). Steadier than the ratio from run to run.
-	probeExec0, probeSync0, err := b.machineProbe(home)
+	before, err := b.machineProbe(home)
 	if err != nil {
 		return err
 	}
+	// CPU over the bursts: the worker with the git processes it ran, and
+	// the whole machine (the worker, git, redis-server, the scripted model
+	// and the poller here). Steadier than the ratio from run to run.
 	cpu0 := readCPU(worker.Process.Pid)
 	for i := 0; i < b.sz.queueBursts; i++ {
 		d, err := burst(b.sz.queueJobs)
@@ -461,7 +461,7 @@ func (b *bench) rowQueue() error {
 		ratios = append(ratios, ideal.Seconds()/d.Seconds())
 	}
 	cpu := readCPU(worker.Process.Pid).sub(cpu0)
-	probeExec1, probeSync1, err := b.machineProbe(home)
+	after, err := b.machineProbe(home)
 	if err != nil {
 		return err
 	}
@@ -500,7 +500,7 @@ func (b *bench) rowQueue() error {
 		goal:      "≥ 0.90× ideal",
 		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %d bursts; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time; the machine before → after the bursts: a git process %s → %s, a 4 KiB write and fsync %s → %s",
 			workers, workers, b.sz.queueBursts, len(lat), fmtDur(am), fmtDur(perJob.Seconds()),
-			fmtDur(probeExec0.Seconds()), fmtDur(probeExec1.Seconds()), fmtDur(probeSync0.Seconds()), fmtDur(probeSync1.Seconds())),
+			fmtDur(before.exec.Seconds()), fmtDur(after.exec.Seconds()), fmtDur(before.fsync.Seconds()), fmtDur(after.fsync.Seconds())),
 	})
 	return nil
 }

@@ -330,15 +330,14 @@ func answerDelay(arrived time.Time, latencyMs int, now time.Time) time.Duration 
 // record stores rec and gives it its index; with ForgetBodies the stored
 // copy keeps no body or header.
 func (h *Handler) record(rec *RecordedRequest) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rec.Index = len(h.requests)
 	kept := *rec
 	if h.script.ForgetBodies {
 		kept.Header, kept.Raw, kept.RawText, kept.Body = nil, nil, "", nil
 	}
-	h.mu.Lock()
-	rec.Index = len(h.requests)
-	kept.Index = rec.Index
 	h.requests = append(h.requests, kept)
-	h.mu.Unlock()
 }
 
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec *RecordedRequest) int {
