@@ -66,6 +66,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"conductor", "extract"}, exitUsage},
 		{[]string{"conductor", "patch-id", "--stable", "--unstable"}, exitUsage},
 		{[]string{"conductor", "worker", "--finishing", "-1", "--dry-run"}, exitUsage},
+		{[]string{"conductor", "worker", "--prefetch", "-1", "--dry-run"}, exitUsage},
 	} {
 		var out, errb bytes.Buffer
 		if got := run(tc.args, strings.NewReader(""), &out, &errb); got != tc.want {

@@ -37,6 +37,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 		Flags: append(append(queueFlags(), runTaskFlags()...),
 			&cli.IntFlag{Name: "concurrency", Value: 1, Usage: "jobs in their model conversation at once in this process", EnvVars: []string{"WORKER_CONCURRENCY"}},
 			&cli.IntFlag{Name: "finishing", Value: -1, Usage: "jobs past their conversation (extracting the patch, writing records, the unattended review) that may run beside those; 0 keeps each job on its lane to the end (default: --concurrency)", EnvVars: []string{"WORKER_FINISHING"}, DefaultText: "--concurrency"},
+			&cli.IntFlag{Name: "prefetch", Value: 1, Usage: "jobs taken ahead of a free lane, so that a lane that frees starts its next job at once; other consumers cannot take them meanwhile (0: take only for a free lane; --once takes none ahead)", EnvVars: []string{"WORKER_PREFETCH"}},
 			&cli.BoolFlag{Name: "once", Usage: "take one round of jobs (up to --concurrency), run them and exit: for cron"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "print the banner and configuration and exit without connecting", EnvVars: []string{"WORKER_DRY_RUN"}},
 			&cli.IntFlag{Name: "wait", Value: 5, Usage: "seconds one take waits for a job", EnvVars: []string{"WORKER_BLPOP_TIMEOUT_S"}},
@@ -56,6 +57,13 @@ func newWorkerCmd(d *deps) *cli.Command {
 			case finishing < 0:
 				return usagef("worker: --finishing (WORKER_FINISHING) %d: want 0 or more jobs", finishing)
 			}
+			prefetch := c.Int("prefetch")
+			switch {
+			case prefetch < 0:
+				return usagef("worker: --prefetch (WORKER_PREFETCH) %d: want 0 or more jobs", prefetch)
+			case c.Bool("once"):
+				prefetch = 0
+			}
 			if c.Int("wait") < 0 {
 				return usagef("worker: --wait (WORKER_BLPOP_TIMEOUT_S) %d: want 0 or more seconds", c.Int("wait"))
 			}
@@ -68,8 +76,8 @@ func newWorkerCmd(d *deps) *cli.Command {
 			if cfg.DatabaseURL != "" {
 				store = "postgres " + bus.RedactURL(cfg.DatabaseURL)
 			}
-			fmt.Fprintf(d.Stderr, "conductor worker %s\n  queue:       %s key %s (max attempts %d)\n  store:       %s\n  concurrency: %d, finishing %d%s\n  data root:   %s\n",
-				version, backend, c.String("queue"), c.Int("max-attempts"), store, c.Int("concurrency"), finishing,
+			fmt.Fprintf(d.Stderr, "conductor worker %s\n  queue:       %s key %s (max attempts %d)\n  store:       %s\n  concurrency: %d, finishing %d, prefetch %d%s\n  data root:   %s\n",
+				version, backend, c.String("queue"), c.Int("max-attempts"), store, c.Int("concurrency"), finishing, prefetch,
 				map[bool]string{true: " (once)", false: ""}[c.Bool("once")], cfg.DataRoot)
 			if pool, jobs := cfg.Pool(), c.Int("concurrency")+finishing; pool < jobs {
 				fmt.Fprintf(d.Stderr, "  pool:        %d free worktrees kept (WORKER_POOL_SIZE), fewer than the %d jobs that may run at once: the others check out new ones\n", pool, jobs)
@@ -102,7 +110,7 @@ func newWorkerCmd(d *deps) *cli.Command {
 				},
 				OpenQueue:   func() (queue.Queue, error) { return d.openQueue(c, consumer) },
 				LockTTL:     c.Duration("heartbeat-ttl"),
-				Concurrency: c.Int("concurrency"), Finishing: finishing, Wait: time.Duration(c.Int("wait")) * time.Second,
+				Concurrency: c.Int("concurrency"), Finishing: finishing, Prefetch: prefetch, Wait: time.Duration(c.Int("wait")) * time.Second,
 				Once: c.Bool("once"), Grace: c.Duration("grace"),
 				Unattended: unattended(c, d), RoleIDs: cfg.RoleIDs, Consumer: consumer, Now: d.Now, Out: d.Stdout, Log: d.Log,
 			})

@@ -214,8 +214,9 @@ func finishedRuns(t *testing.T, home string) map[string]string {
 	return out
 }
 
-// TestWorkerBannerLanes: the banner names the lanes and the finishing
-// slots (by default as many as the lanes, or --finishing), and says when
+// TestWorkerBannerLanes: the banner names the lanes, the finishing slots
+// (by default as many as the lanes, or --finishing) and the jobs taken
+// ahead (--prefetch, default 1, none with --once), and says when
 // the pool keeps fewer worktrees than the jobs that may run at once.
 func TestWorkerBannerLanes(t *testing.T) {
 	t.Setenv("CONDUCTOR_HOME", t.TempDir())
@@ -225,10 +226,11 @@ func TestWorkerBannerLanes(t *testing.T) {
 		pool       string
 		want, warn string
 	}{
-		{[]string{"--concurrency", "3"}, "", "concurrency: 3, finishing 3", "fewer than the 6 jobs"},
-		{[]string{"--concurrency", "3", "--finishing", "0"}, "", "concurrency: 3, finishing 0", ""},
-		{[]string{"--concurrency", "2", "--finishing", "1"}, "", "concurrency: 2, finishing 1", ""},
-		{[]string{"--concurrency", "4"}, "8", "concurrency: 4, finishing 4", ""},
+		{[]string{"--concurrency", "3"}, "", "concurrency: 3, finishing 3, prefetch 1", "fewer than the 6 jobs"},
+		{[]string{"--concurrency", "3", "--finishing", "0"}, "", "concurrency: 3, finishing 0, prefetch 1", ""},
+		{[]string{"--concurrency", "2", "--finishing", "1", "--prefetch", "0"}, "", "concurrency: 2, finishing 1, prefetch 0", ""},
+		{[]string{"--concurrency", "4", "--prefetch", "3"}, "8", "concurrency: 4, finishing 4, prefetch 3", ""},
+		{[]string{"--concurrency", "1", "--once"}, "", "concurrency: 1, finishing 1, prefetch 0 (once)", ""},
 	} {
 		t.Setenv("WORKER_POOL_SIZE", tc.pool)
 		var out, errb bytes.Buffer

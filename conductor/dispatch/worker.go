@@ -41,9 +41,11 @@ type WorkerOptions struct {
 
 	// Concurrency is how many jobs are in their model conversation at
 	// once; Finishing how many more may be past it, extracting their patch
-	// and writing their records (queue.Consumer).
+	// and writing their records; Prefetch how many are taken ahead of a
+	// free lane (queue.Consumer).
 	Concurrency int
 	Finishing   int
+	Prefetch    int
 	Wait        time.Duration // one take's wait (WORKER_BLPOP_TIMEOUT_S)
 	Once        bool
 	Grace       time.Duration
@@ -109,7 +111,7 @@ func Serve(ctx context.Context, o WorkerOptions) (WorkerStats, error) {
 	defer stopBeat()
 	h := &Handler{o: o, store: st, q: q}
 	cons := &queue.Consumer{
-		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing,
+		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing, Prefetch: o.Prefetch,
 		Wait: o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
 	}
 	stats.Consumed = true

@@ -43,7 +43,13 @@ type Consumer struct {
 	// job on its lane to the end. When every finishing slot is taken, a job
 	// finishes on its lane, so a slow finish never piles up.
 	Finishing int
-	Wait      time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
+	// Prefetch is how many jobs are taken ahead of a free lane (default 0):
+	// one waits, leased to this consumer, for the next lane that frees, and
+	// starts on it at once instead of after the queue's round trips. Other
+	// consumers cannot take a prefetched job meanwhile: keep it small where
+	// jobs are long and consumers many. Once takes none ahead.
+	Prefetch int
+	Wait     time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
 	// Once takes at most Concurrency jobs (one round) and returns when they
 	// finish: the mode for cron.
 	Once bool
@@ -129,10 +135,18 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		}
 	}()
 
+	ahead := c.Prefetch
+	if c.Once || ahead < 0 {
+		ahead = 0
+	}
 	var (
 		mu    sync.Mutex
 		stats Stats
 		wg    sync.WaitGroup
+		// held counts the jobs taken and not yet off their lane: the lanes'
+		// and the prefetched. A job is taken when one more may be held and
+		// started when a lane is free.
+		held  = make(chan struct{}, n+ahead)
 		slots = make(chan struct{}, n)
 		// finishing holds the jobs that gave their lane back (nil: none).
 		finishing chan struct{}
@@ -152,7 +166,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 			break
 		}
 		select {
-		case slots <- struct{}{}:
+		case held <- struct{}{}:
 		case <-ctx.Done():
 			continue
 		}
@@ -162,7 +176,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		}
 		d, err := c.Queue.Take(ctx, w)
 		if err != nil {
-			<-slots
+			<-held
 			if ctx.Err() != nil {
 				break
 			}
@@ -175,15 +189,24 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		out.ok("queue")
 		bo.Reset()
 		if d == nil {
-			<-slots
+			<-held
 			if c.Once {
 				break
 			}
 			continue
 		}
 		taken++
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			// Prefetched, and shutting down before a lane freed: handed
+			// back uncounted, as an interrupted job is.
+			c.handBack(jobCtx, d, out, count, log)
+			<-held
+			continue
+		}
 		wg.Add(1)
-		hand := &lane{lanes: slots, finishing: finishing}
+		hand := &lane{lanes: slots, held: held, finishing: finishing}
 		d.loopDone = hand.loopDone
 		go func() {
 			defer wg.Done()
@@ -198,9 +221,9 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 // lane is the slot a running job holds: its lane, until it moves to a
 // finishing slot.
 type lane struct {
-	lanes, finishing chan struct{}
-	once             sync.Once
-	moved            bool // on a finishing slot (set under once)
+	lanes, held, finishing chan struct{}
+	once                   sync.Once
+	moved                  bool // on a finishing slot (set under once)
 }
 
 // loopDone moves the job to a finishing slot, freeing its lane, when one
@@ -214,6 +237,7 @@ func (l *lane) loopDone() {
 		case l.finishing <- struct{}{}:
 			l.moved = true
 			<-l.lanes
+			<-l.held
 		default:
 		}
 	})
@@ -228,6 +252,7 @@ func (l *lane) done() {
 		return
 	}
 	<-l.lanes
+	<-l.held
 }
 
 // runJob runs one delivery to its end: done, handed back, requeued or
@@ -259,28 +284,8 @@ func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Deliv
 			}
 		}
 	}
-	// settle retries a queue operation until it is done, the lease is lost,
-	// or the grace period after a shutdown is over (the job's lease then
-	// runs out and another consumer takes it back).
 	settle := func(what string, op func(context.Context) error) bool {
-		bo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
-		for {
-			err := op(jobCtx)
-			if err == nil {
-				out.ok("queue")
-				return true
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				count(func(s *Stats) { s.Lost++ })
-				log.Warn("job lease lost before "+what+"; another consumer holds it now", "job", d.ID, "err", err)
-				return false
-			}
-			out.fail("queue", err)
-			if !sleep(jobCtx, bo.Next()) {
-				log.Error(what+" abandoned at shutdown; the job returns to the queue when its lease runs out", "job", d.ID, "err", err)
-				return false
-			}
-		}
+		return c.settle(jobCtx, d, out, count, log, what, op)
 	}
 	switch {
 	case herr == nil:
@@ -288,9 +293,7 @@ func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Deliv
 			count(func(s *Stats) { s.Done++ })
 		}
 	case errors.Is(herr, ErrInterrupted):
-		if settle("release", func(ctx context.Context) error { return c.Queue.Release(ctx, d) }) {
-			count(func(s *Stats) { s.Released++ })
-		}
+		c.handBack(jobCtx, d, out, count, log)
 	case IsPermanent(herr) || d.Attempt >= max:
 		if c.OnDead != nil {
 			hbo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
@@ -318,6 +321,39 @@ func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Deliv
 		if settle("requeue", func(ctx context.Context) error { return c.Queue.Requeue(ctx, d, herr) }) {
 			count(func(s *Stats) { s.Failed++ })
 			log.Warn("job failed; requeued", "job", d.ID, "attempt", d.Attempt, "err", herr)
+		}
+	}
+}
+
+// handBack returns a job that was interrupted (or never started) to the
+// queue, uncounted.
+func (c *Consumer) handBack(jobCtx context.Context, d *Delivery, out *outage, count func(func(*Stats)), log *slog.Logger) {
+	if c.settle(jobCtx, d, out, count, log, "release", func(ctx context.Context) error { return c.Queue.Release(ctx, d) }) {
+		count(func(s *Stats) { s.Released++ })
+	}
+}
+
+// settle retries a queue operation on a job until it is done, the lease is
+// lost, or the grace period after a shutdown is over (the job's lease then
+// runs out and another consumer takes it back).
+func (c *Consumer) settle(jobCtx context.Context, d *Delivery, out *outage, count func(func(*Stats)), log *slog.Logger,
+	what string, op func(context.Context) error) bool {
+	bo := Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
+	for {
+		err := op(jobCtx)
+		if err == nil {
+			out.ok("queue")
+			return true
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			count(func(s *Stats) { s.Lost++ })
+			log.Warn("job lease lost before "+what+"; another consumer holds it now", "job", d.ID, "err", err)
+			return false
+		}
+		out.fail("queue", err)
+		if !sleep(jobCtx, bo.Next()) {
+			log.Error(what+" abandoned at shutdown; the job returns to the queue when its lease runs out", "job", d.ID, "err", err)
+			return false
 		}
 	}
 }

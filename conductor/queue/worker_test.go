@@ -394,44 +394,200 @@ func TestConsumerFinishingSlots(t *testing.T) {
 }
 
 // TestLaneHandOff: the hand-off's bookkeeping. A LoopDone moves the job to
-// a free finishing slot and frees its lane; with none free the job keeps
-// its lane; a LoopDone after the job ended takes nothing (its lane is the
-// next job's by then); without finishing slots nothing moves.
+// a free finishing slot and frees its lane and its hold (the consumer may
+// take one more job); with none free the job keeps both; a LoopDone after
+// the job ended takes nothing (its lane is the next job's by then); without
+// finishing slots nothing moves.
 func TestLaneHandOff(t *testing.T) {
-	lanes, finishing := make(chan struct{}, 2), make(chan struct{}, 1)
-	lanes <- struct{}{}
-	lanes <- struct{}{}
-	a := &lane{lanes: lanes, finishing: finishing}
-	b := &lane{lanes: lanes, finishing: finishing}
+	lanes, held, finishing := make(chan struct{}, 2), make(chan struct{}, 3), make(chan struct{}, 1)
+	enter := func() { held <- struct{}{}; lanes <- struct{}{} }
+	enter()
+	enter()
+	a := &lane{lanes: lanes, held: held, finishing: finishing}
+	b := &lane{lanes: lanes, held: held, finishing: finishing}
 	a.loopDone()
-	if len(lanes) != 1 || len(finishing) != 1 {
-		t.Fatalf("after a's LoopDone: %d lanes, %d finishing; want 1 and 1", len(lanes), len(finishing))
+	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 1 {
+		t.Fatalf("after a's LoopDone: %d lanes, %d held, %d finishing; want 1, 1 and 1", len(lanes), len(held), len(finishing))
 	}
-	lanes <- struct{}{} // the next job takes a's lane
-	b.loopDone()        // no finishing slot free: b stays on its lane
-	if len(lanes) != 2 || len(finishing) != 1 {
-		t.Fatalf("after b's LoopDone: %d lanes, %d finishing; want 2 and 1", len(lanes), len(finishing))
+	enter()      // the next job takes a's lane
+	b.loopDone() // no finishing slot free: b stays on its lane
+	if len(lanes) != 2 || len(held) != 2 || len(finishing) != 1 {
+		t.Fatalf("after b's LoopDone: %d lanes, %d held, %d finishing; want 2, 2 and 1", len(lanes), len(held), len(finishing))
 	}
 	a.done()
 	b.done()
-	if len(lanes) != 1 || len(finishing) != 0 {
-		t.Fatalf("after both ended: %d lanes, %d finishing; want 1 and 0", len(lanes), len(finishing))
+	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 0 {
+		t.Fatalf("after both ended: %d lanes, %d held, %d finishing; want 1, 1 and 0", len(lanes), len(held), len(finishing))
 	}
-	third := &lane{lanes: lanes, finishing: finishing}
-	third.done()        // it ends without a LoopDone
-	lanes <- struct{}{} // the fourth job takes the lane
-	third.loopDone()    // late: must not take the fourth job's lane
-	if len(lanes) != 1 || len(finishing) != 0 {
-		t.Fatalf("after a late LoopDone: %d lanes, %d finishing; want 1 and 0", len(lanes), len(finishing))
+	third := &lane{lanes: lanes, held: held, finishing: finishing}
+	third.done()     // it ends without a LoopDone
+	enter()          // the fourth job takes the lane
+	third.loopDone() // late: must not take the fourth job's lane
+	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 0 {
+		t.Fatalf("after a late LoopDone: %d lanes, %d held, %d finishing; want 1, 1 and 0", len(lanes), len(held), len(finishing))
 	}
-	c := &lane{lanes: lanes}
+	c := &lane{lanes: lanes, held: held}
 	c.loopDone()
-	if len(lanes) != 1 {
+	if len(lanes) != 1 || len(held) != 1 {
 		t.Fatal("a LoopDone without finishing slots freed a lane")
 	}
 	c.done()
-	if len(lanes) != 0 {
+	if len(lanes) != 0 || len(held) != 0 {
 		t.Fatal("the job's lane was not given back")
+	}
+}
+
+// TestConsumerPrefetch: with every lane busy, Prefetch more jobs are taken
+// (leased here) and none runs before a lane frees; the one that frees is
+// given the prefetched job at once, and one more is taken behind it. Every
+// job runs once, and never more than Concurrency at a time.
+func TestConsumerPrefetch(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", 3*time.Second)
+	const jobs = 6
+	for i := range jobs {
+		q.Push(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	var running, peak atomic.Int32
+	var mu sync.Mutex
+	started := map[string]int{}
+	release := make(chan struct{}) // each receive lets one job end
+	c := &Consumer{Queue: q, Concurrency: 2, Prefetch: 1, Wait: time.Second,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			mu.Lock()
+			started[d.ID]++
+			mu.Unlock()
+			n := running.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			defer running.Add(-1)
+			<-release
+			return nil
+		}}
+	done := make(chan Stats)
+	go func() {
+		st, err := c.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- st
+	}()
+	lengths := func() (queued, processing int64) {
+		qn, pn, _, err := q.Lengths(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return qn, pn
+	}
+	// Two running, one more taken ahead of a lane.
+	waitFor(t, "two jobs running and one prefetched", func() bool {
+		qn, pn := lengths()
+		return running.Load() == 2 && pn == 3 && qn == jobs-3
+	})
+	time.Sleep(200 * time.Millisecond)
+	if qn, pn := lengths(); running.Load() != 2 || pn != 3 || qn != jobs-3 {
+		t.Fatalf("%d running, %d taken, %d queued with 2 lanes and prefetch 1; want 2, 3 and %d", running.Load(), pn, qn, jobs-3)
+	}
+	// One lane frees: the prefetched job starts and the next is taken.
+	release <- struct{}{}
+	waitFor(t, "the prefetched job started and another taken", func() bool {
+		qn, pn := lengths()
+		mu.Lock()
+		n := len(started)
+		mu.Unlock()
+		return n == 3 && running.Load() == 2 && pn == 3 && qn == jobs-4
+	})
+	for range jobs - 1 {
+		release <- struct{}{}
+	}
+	waitFor(t, "every job done", func() bool {
+		qn, pn := lengths()
+		return qn == 0 && pn == 0 && running.Load() == 0
+	})
+	cancel()
+	if st := <-done; st.Done != jobs {
+		t.Fatalf("stats %+v, want %d done", st, jobs)
+	}
+	if p := peak.Load(); p > 2 {
+		t.Fatalf("%d jobs ran at once with 2 lanes, want at most 2", p)
+	}
+	for id, n := range started {
+		if n != 1 {
+			t.Fatalf("job %s started %d times, want once", id, n)
+		}
+	}
+}
+
+// TestConsumerPrefetchedJobHandedBackAtShutdown: a job taken ahead of a
+// lane and never started goes back to the queue at shutdown, uncounted
+// (its next delivery is attempt 1), beside the running job that
+// checkpoints and hands itself back. Nothing waits for a lease to run out.
+func TestConsumerPrefetchedJobHandedBackAtShutdown(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	q := dial(t, url, "w1", time.Minute)
+	q.Push(ctx, []byte(`{"n":1}`))
+	q.Push(ctx, []byte(`{"n":2}`))
+	var starts atomic.Int32
+	c := &Consumer{Queue: q, Concurrency: 1, Prefetch: 1, Wait: 100 * time.Millisecond, Grace: 5 * time.Second,
+		Handle: func(jctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			starts.Add(1)
+			select {
+			case <-stop:
+				return ErrInterrupted
+			case <-jctx.Done():
+				return jctx.Err()
+			}
+		}}
+	done := make(chan Stats)
+	go func() { st, _ := c.Run(ctx); done <- st }()
+	waitFor(t, "one running, one prefetched", func() bool {
+		_, pn, _, _ := q.Lengths(context.Background())
+		return starts.Load() == 1 && pn == 2
+	})
+	cancel()
+	if st := <-done; st.Released != 2 || st.Done != 0 {
+		t.Fatalf("stats %+v, want 2 handed back", st)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Fatalf("%d jobs started, want 1 (the prefetched one never runs after shutdown began)", n)
+	}
+	qn, pn, _, err := q.Lengths(context.Background())
+	if err != nil || qn != 2 || pn != 0 {
+		t.Fatalf("after shutdown: %d queued, %d taken (%v); want 2 and 0", qn, pn, err)
+	}
+	for range 2 {
+		d, err := q.Take(context.Background(), time.Second)
+		if err != nil || d == nil || d.Attempt != 1 {
+			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
+		}
+	}
+}
+
+// TestConsumerOnceTakesNoneAhead: a --once round takes at most Concurrency
+// jobs, whatever Prefetch says: the rest stay queued for the next round.
+func TestConsumerOnceTakesNoneAhead(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx := context.Background()
+	q := dial(t, url, "w1", 3*time.Second)
+	for i := range 4 {
+		q.Push(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	var ran atomic.Int32
+	c := &Consumer{Queue: q, Concurrency: 1, Prefetch: 3, Once: true, Wait: 100 * time.Millisecond,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			ran.Add(1)
+			return nil
+		}}
+	st, err := c.Run(ctx)
+	if err != nil || st.Done != 1 || ran.Load() != 1 {
+		t.Fatalf("once: stats %+v, %d ran, err %v; want 1 done", st, ran.Load(), err)
+	}
+	qn, pn, _, err := q.Lengths(ctx)
+	if err != nil || qn != 3 || pn != 0 {
+		t.Fatalf("after the round: %d queued, %d taken (%v); want 3 and 0", qn, pn, err)
 	}
 }
 
