@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -47,42 +48,31 @@ func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byt
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, info, nil, fmt.Errorf("chat request is not a JSON object: %w", err)
 	}
-	var msgs []map[string]json.RawMessage
+	var fixes []string
 	if raw, ok := top["messages"]; ok {
-		if err := json.Unmarshal(raw, &msgs); err != nil {
+		// The messages are read once into what is looked at; they are
+		// rewritten only when one needs it (the conversation is most of
+		// the request, and it is sent on every step).
+		var probe []requestMessage
+		if err := json.Unmarshal(raw, &probe); err != nil {
 			return nil, info, nil, fmt.Errorf("chat request messages: %w", err)
 		}
-	}
-	var fixes []string
-	for _, m := range msgs {
-		// A model's earlier reasoning is not sent back: servers that return
-		// it (DeepSeek) refuse it in a request, and it costs context.
-		delete(m, "reasoning_content")
-		var role string
-		_ = json.Unmarshal(m["role"], &role)
-		content, has := m["content"]
-		empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
-		switch {
-		case role == "tool" && empty:
-			m["content"] = mustJSON(EmptyToolResult)
-			fixes = appendFix(fixes, FixEmptyToolResult)
-		case !has || isJSONNull(content):
-			m["content"] = json.RawMessage(`""`)
-			fixes = appendFix(fixes, FixContentAbsent)
-		}
-		var calls []struct {
-			ID string `json:"id"`
-		}
-		if raw, ok := m["tool_calls"]; ok && json.Unmarshal(raw, &calls) == nil {
-			for _, c := range calls {
+		rewrite := false
+		for _, m := range probe {
+			for _, c := range m.ToolCalls {
 				if c.ID != "" {
 					info.priorIDs[c.ID] = true
 				}
 			}
+			rewrite = rewrite || m.needsFix()
 		}
-	}
-	if msgs != nil {
-		top["messages"] = mustJSON(msgs)
+		if rewrite {
+			msgs, msgFixes, err := fixMessages(raw)
+			if err != nil {
+				return nil, info, nil, err
+			}
+			top["messages"], fixes = msgs, msgFixes
+		}
 	}
 	var tools []struct {
 		Function struct {
@@ -104,11 +94,75 @@ func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byt
 		top["stream"] = json.RawMessage("true")
 		top["stream_options"] = json.RawMessage(`{"include_usage":true}`)
 	}
-	out, err := json.Marshal(top)
-	if err != nil {
-		return nil, info, nil, err
+	return encodeObject(top), info, fixes, nil
+}
+
+// requestMessage is what normalizeChatRequest reads of a request's message.
+type requestMessage struct {
+	Role      string          `json:"role"`
+	Content   json.RawMessage `json:"content"` // nil when absent
+	Reasoning json.RawMessage `json:"reasoning_content"`
+	ToolCalls []struct {
+		ID string `json:"id"`
+	} `json:"tool_calls"`
+}
+
+// needsFix reports whether fixMessages would change the message.
+func (m requestMessage) needsFix() bool {
+	return m.Reasoning != nil || m.Content == nil || isJSONNull(m.Content) ||
+		(m.Role == "tool" && bytes.Equal(bytes.TrimSpace(m.Content), []byte(`""`)))
+}
+
+// fixMessages rewrites a request's messages: a model's earlier reasoning is
+// not sent back (servers that return it, DeepSeek, refuse it in a request,
+// and it costs context), every message gets a content, and an empty tool
+// result gets EmptyToolResult.
+func fixMessages(raw json.RawMessage) (json.RawMessage, []string, error) {
+	var msgs []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &msgs); err != nil {
+		return nil, nil, fmt.Errorf("chat request messages: %w", err)
 	}
-	return out, info, fixes, nil
+	var fixes []string
+	for _, m := range msgs {
+		delete(m, "reasoning_content")
+		var role string
+		_ = json.Unmarshal(m["role"], &role)
+		content, has := m["content"]
+		empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
+		switch {
+		case role == "tool" && empty:
+			m["content"] = mustJSON(EmptyToolResult)
+			fixes = appendFix(fixes, FixEmptyToolResult)
+		case !has || isJSONNull(content):
+			m["content"] = json.RawMessage(`""`)
+			fixes = appendFix(fixes, FixContentAbsent)
+		}
+	}
+	return mustJSON(msgs), fixes, nil
+}
+
+// encodeObject writes obj as a JSON object, keys sorted, each value as it
+// is: the values were decoded from JSON (or made by mustJSON), so they need
+// no second validation pass.
+func encodeObject(obj map[string]json.RawMessage) []byte {
+	keys := make([]string, 0, len(obj))
+	size := 2
+	for k, v := range obj {
+		keys = append(keys, k)
+		size += len(k) + len(v) + 4
+	}
+	sort.Strings(keys)
+	out := make([]byte, 0, size)
+	out = append(out, '{')
+	for i, k := range keys {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, mustJSON(k)...)
+		out = append(out, ':')
+		out = append(out, bytes.TrimSpace(obj[k])...)
+	}
+	return append(out, '}')
 }
 
 // chatResponseInfo is what normalising a response learned.

@@ -102,6 +102,41 @@ func TestNormalizeChatRequest(t *testing.T) {
 	}
 }
 
+// TestNormalizeChatRequestKeepsCleanMessages: a conversation that needs no
+// fix is sent as it came, message for message (only the top-level fields
+// the transport sets change), and what the response normaliser needs is
+// still learned from it.
+func TestNormalizeChatRequestKeepsCleanMessages(t *testing.T) {
+	msgs := `[{"role":"system","content":"s <b>&</b>"},{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a\"}"}}]},{"role":"tool","tool_call_id":"call_1","content":"x \u003c y"}]`
+	in := `{"model":"m","messages":` + msgs + `,"tools":[{"type":"function","function":{"name":"read_file"}}]}`
+	temp := 0.0
+	out, info, fixes, err := normalizeChatRequest([]byte(in), &temp, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]json.RawMessage
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	if string(got["messages"]) != msgs {
+		t.Errorf("messages rewritten:\n got %s\nwant %s", got["messages"], msgs)
+	}
+	for k, want := range map[string]string{"model": `"m"`, "temperature": "0", "stream": "true", "stream_options": `{"include_usage":true}`} {
+		if string(got[k]) != want {
+			t.Errorf("%s = %s, want %s", k, got[k], want)
+		}
+	}
+	if len(fixes) != 0 || !info.priorIDs["call_1"] || !info.tools["read_file"] {
+		t.Errorf("fixes %v, info %+v", fixes, info)
+	}
+	// One message that needs a fix: the others keep their content.
+	in = `{"model":"m","messages":[{"role":"user","content":"q"},{"role":"tool","tool_call_id":"c","content":""}]}`
+	out, _, fixes, err = normalizeChatRequest([]byte(in), nil, false)
+	if err != nil || len(fixes) != 1 || !strings.Contains(string(out), `"content":"q"`) || !strings.Contains(string(out), `"content":"(no output)"`) {
+		t.Errorf("one fix: %s %v %v", out, fixes, err)
+	}
+}
+
 // TestGoOpenAIOmitsEmptyContent pins the go-openai behaviour the request
 // fix exists for; if a later go-openai sends content, the fix is harmless.
 func TestGoOpenAIOmitsEmptyContent(t *testing.T) {
