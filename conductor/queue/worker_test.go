@@ -45,14 +45,7 @@ func TestConsumerRunsEachJobOnceAndBuriesPoison(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}}
-	done := make(chan Stats)
-	go func() {
-		st, err := c.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- st
-	}()
+	done := runConsumer(t, ctx, c)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		dl, _ := q.DeadLetters(context.Background())
@@ -355,23 +348,14 @@ func TestConsumerFinishingSlots(t *testing.T) {
 		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
 			running.Add(1)
 			defer running.Add(-1)
-			n := inLoop.Add(1)
-			for p := loopPeak.Load(); n > p && !loopPeak.CompareAndSwap(p, n); p = loopPeak.Load() {
-			}
+			raisePeak(&loopPeak, inLoop.Add(1))
 			inLoop.Add(-1)
 			d.LoopDone()
 			d.LoopDone() // a second call changes nothing
 			<-finish
 			return nil
 		}}
-	done := make(chan Stats)
-	go func() {
-		st, err := c.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- st
-	}()
+	done := runConsumer(t, ctx, c)
 	// Two jobs move to the finishing slots, two more keep their lanes:
 	// nothing else is taken while their finishes wait.
 	waitFor(t, "four jobs running", func() bool { return running.Load() == 4 })
@@ -459,21 +443,12 @@ func TestConsumerPrefetch(t *testing.T) {
 			mu.Lock()
 			started[d.ID]++
 			mu.Unlock()
-			n := running.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
+			raisePeak(&peak, running.Add(1))
 			defer running.Add(-1)
 			<-release
 			return nil
 		}}
-	done := make(chan Stats)
-	go func() {
-		st, err := c.Run(ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- st
-	}()
+	done := runConsumer(t, ctx, c)
 	lengths := func() (queued, processing int64) {
 		qn, pn, _, err := q.Lengths(context.Background())
 		if err != nil {
@@ -588,6 +563,25 @@ func TestConsumerOnceTakesNoneAhead(t *testing.T) {
 	qn, pn, _, err := q.Lengths(ctx)
 	if err != nil || qn != 3 || pn != 0 {
 		t.Fatalf("after the round: %d queued, %d taken (%v); want 3 and 0", qn, pn, err)
+	}
+}
+
+// runConsumer runs c until ctx ends; its stats come on the channel.
+func runConsumer(t *testing.T, ctx context.Context, c *Consumer) <-chan Stats {
+	done := make(chan Stats, 1)
+	go func() {
+		st, err := c.Run(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- st
+	}()
+	return done
+}
+
+// raisePeak sets peak to n when n is higher.
+func raisePeak(peak *atomic.Int32, n int32) {
+	for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 	}
 }
 
