@@ -112,7 +112,8 @@ func Serve(ctx context.Context, o WorkerOptions) (WorkerStats, error) {
 	h := &Handler{o: o, store: st, q: q}
 	cons := &queue.Consumer{
 		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing, Prefetch: o.Prefetch,
-		Wait: o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
+		StartAhead: true, // Handle takes its lane (dl.Lane) after the run's lookups, lock and checks
+		Wait:       o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
 	}
 	stats.Consumed = true
 	stats.Stats, err = cons.Run(ctx)
@@ -223,6 +224,11 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	rows := &rowsPut{}
 	opts.RunRowPut = rows.put
 	opts.LoopDone = dl.LoopDone
+	// Everything above needs no lane: a prefetched job did it while the
+	// lanes were busy, and starts its conversation as soon as one frees.
+	if err := dl.Lane(runCtx); err != nil {
+		return err // shutting down: handed back uncounted
+	}
 	var res runrec.Result
 	if known || job.Resume {
 		log.Info("resuming run")

@@ -45,7 +45,23 @@ type Delivery struct {
 
 	jobID int64 // embedded store row
 
-	loopDone func() // set by the Consumer running it (LoopDone)
+	loopDone func()                      // set by the Consumer running it (LoopDone)
+	lane     func(context.Context) error // set by a Consumer that starts it ahead (Lane)
+}
+
+// Lane waits until the consumer running d gives the job one of its lanes
+// (Consumer.Concurrency). A consumer with StartAhead starts a job's handler
+// as soon as the job is taken, and the handler does what needs no lane
+// first (reads, locks, input checks) and calls Lane before its model
+// conversation. Lane returns nil at once when the job holds its lane
+// already, or when the consumer gave it one before the handler started; it
+// returns ErrInterrupted when the consumer shuts down first (the job goes
+// back uncounted).
+func (d *Delivery) Lane(ctx context.Context) error {
+	if d.lane == nil {
+		return nil
+	}
+	return d.lane(ctx)
 }
 
 // LoopDone tells the consumer running d that the job's model conversation

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,7 +50,13 @@ type Consumer struct {
 	// consumers cannot take a prefetched job meanwhile: keep it small where
 	// jobs are long and consumers many. Once takes none ahead.
 	Prefetch int
-	Wait     time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
+	// StartAhead starts a prefetched job's handler at once, before a lane
+	// is free: the handler must call Delivery.Lane before its model
+	// conversation. What it does before that (the run's lookups, its lock,
+	// its input checks) is then off the lane's path. Without StartAhead the
+	// handler starts once the job holds a lane.
+	StartAhead bool
+	Wait       time.Duration // how long one take waits (WORKER_BLPOP_TIMEOUT_S)
 	// Once takes at most Concurrency jobs (one round) and returns when they
 	// finish: the mode for cron.
 	Once bool
@@ -196,17 +203,22 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 			continue
 		}
 		taken++
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			// Prefetched, and shutting down before a lane freed: handed
-			// back uncounted, as an interrupted job is.
-			c.handBack(jobCtx, d, out, count, log)
-			<-held
-			continue
+		hand := &lane{lanes: slots, held: held, finishing: finishing, stop: stop}
+		if c.StartAhead {
+			d.lane = hand.take
+		} else {
+			select {
+			case slots <- struct{}{}:
+				hand.laned.Store(true)
+			case <-ctx.Done():
+				// Prefetched, and shutting down before a lane freed: handed
+				// back uncounted, as an interrupted job is.
+				c.handBack(jobCtx, d, out, count, log)
+				<-held
+				continue
+			}
 		}
 		wg.Add(1)
-		hand := &lane{lanes: slots, held: held, finishing: finishing}
 		d.loopDone = hand.loopDone
 		go func() {
 			defer wg.Done()
@@ -219,18 +231,41 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 }
 
 // lane is the slot a running job holds: its lane, until it moves to a
-// finishing slot.
+// finishing slot. A job started ahead (StartAhead) holds only its place in
+// held until it takes its lane.
 type lane struct {
 	lanes, held, finishing chan struct{}
+	stop                   <-chan struct{}
+	laned                  atomic.Bool // holds its lane
 	once                   sync.Once
 	moved                  bool // on a finishing slot (set under once)
+}
+
+// take waits for a lane (Delivery.Lane). Once shutdown has begun it hands
+// out none: the job goes back uncounted.
+func (l *lane) take(ctx context.Context) error {
+	if l.laned.Load() {
+		return nil
+	}
+	if isClosed(l.stop) {
+		return ErrInterrupted
+	}
+	select {
+	case l.lanes <- struct{}{}:
+		l.laned.Store(true)
+		return nil
+	case <-l.stop:
+		return ErrInterrupted
+	case <-ctx.Done():
+		return ErrInterrupted
+	}
 }
 
 // loopDone moves the job to a finishing slot, freeing its lane, when one
 // is free; else the job keeps its lane. Only its first call acts.
 func (l *lane) loopDone() {
 	l.once.Do(func() {
-		if l.finishing == nil {
+		if l.finishing == nil || !l.laned.Load() {
 			return
 		}
 		select {
@@ -251,7 +286,9 @@ func (l *lane) done() {
 		<-l.finishing
 		return
 	}
-	<-l.lanes
+	if l.laned.Load() {
+		<-l.lanes
+	}
 	<-l.held
 }
 

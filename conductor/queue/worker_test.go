@@ -384,17 +384,23 @@ func TestConsumerFinishingSlots(t *testing.T) {
 // finishing slots nothing moves.
 func TestLaneHandOff(t *testing.T) {
 	lanes, held, finishing := make(chan struct{}, 2), make(chan struct{}, 3), make(chan struct{}, 1)
-	enter := func() { held <- struct{}{}; lanes <- struct{}{} }
-	enter()
-	enter()
-	a := &lane{lanes: lanes, held: held, finishing: finishing}
-	b := &lane{lanes: lanes, held: held, finishing: finishing}
+	// enter is a job taken (its hold) that takes a lane.
+	enter := func(finishing chan struct{}) *lane {
+		held <- struct{}{}
+		l := &lane{lanes: lanes, held: held, finishing: finishing, stop: make(chan struct{})}
+		if err := l.take(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a := enter(finishing)
+	b := enter(finishing)
 	a.loopDone()
 	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 1 {
 		t.Fatalf("after a's LoopDone: %d lanes, %d held, %d finishing; want 1, 1 and 1", len(lanes), len(held), len(finishing))
 	}
-	enter()      // the next job takes a's lane
-	b.loopDone() // no finishing slot free: b stays on its lane
+	third := enter(finishing) // the next job takes a's lane
+	b.loopDone()              // no finishing slot free: b stays on its lane
 	if len(lanes) != 2 || len(held) != 2 || len(finishing) != 1 {
 		t.Fatalf("after b's LoopDone: %d lanes, %d held, %d finishing; want 2, 2 and 1", len(lanes), len(held), len(finishing))
 	}
@@ -403,14 +409,21 @@ func TestLaneHandOff(t *testing.T) {
 	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 0 {
 		t.Fatalf("after both ended: %d lanes, %d held, %d finishing; want 1, 1 and 0", len(lanes), len(held), len(finishing))
 	}
-	third := &lane{lanes: lanes, held: held, finishing: finishing}
 	third.done()     // it ends without a LoopDone
-	enter()          // the fourth job takes the lane
+	c := enter(nil)  // the fourth job takes the lane (no finishing slots)
 	third.loopDone() // late: must not take the fourth job's lane
 	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 0 {
 		t.Fatalf("after a late LoopDone: %d lanes, %d held, %d finishing; want 1, 1 and 0", len(lanes), len(held), len(finishing))
 	}
-	c := &lane{lanes: lanes, held: held}
+	// A job started ahead that ends before it takes a lane gives back its
+	// hold only, and a LoopDone from it moves nothing.
+	d := &lane{lanes: lanes, held: held, finishing: finishing, stop: make(chan struct{})}
+	held <- struct{}{}
+	d.loopDone()
+	d.done()
+	if len(lanes) != 1 || len(held) != 1 || len(finishing) != 0 {
+		t.Fatalf("after a job that took no lane: %d lanes, %d held, %d finishing; want 1, 1 and 0", len(lanes), len(held), len(finishing))
+	}
 	c.loopDone()
 	if len(lanes) != 1 || len(held) != 1 {
 		t.Fatal("a LoopDone without finishing slots freed a lane")
@@ -595,5 +608,118 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A consumer with StartAhead starts a prefetched job's handler before a
+// lane frees: its work before Delivery.Lane runs beside the lanes' jobs,
+// its work after it never does (at most Concurrency at once), and every
+// job runs once.
+func TestConsumerStartAhead(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", 3*time.Second)
+	const jobs = 5
+	for i := range jobs {
+		q.Push(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	var inLane, peak, ahead atomic.Int32
+	var mu sync.Mutex
+	ran := map[string]int{}
+	release := make(chan struct{}) // each receive lets one job end
+	c := &Consumer{Queue: q, Concurrency: 1, Prefetch: 1, StartAhead: true, Wait: time.Second,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			ahead.Add(1) // the work before the lane
+			if err := d.Lane(ctx); err != nil {
+				return err
+			}
+			ahead.Add(-1)
+			if err := d.Lane(ctx); err != nil { // a second call: the lane is held
+				return err
+			}
+			mu.Lock()
+			ran[d.ID]++
+			mu.Unlock()
+			raisePeak(&peak, inLane.Add(1))
+			defer inLane.Add(-1)
+			<-release
+			return nil
+		}}
+	done := runConsumer(t, ctx, c)
+	waitFor(t, "one job in its lane and the prefetched one past its start", func() bool {
+		return inLane.Load() == 1 && ahead.Load() == 1
+	})
+	for range jobs {
+		release <- struct{}{}
+	}
+	waitFor(t, "every job done", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == jobs
+	})
+	cancel()
+	st := <-done
+	if st.Done != jobs || peak.Load() != 1 {
+		t.Fatalf("stats %+v, peak %d in lanes; want %d done and never more than 1 in a lane", st, peak.Load(), jobs)
+	}
+	for id, n := range ran {
+		if n != 1 {
+			t.Fatalf("job %s ran %d times", id, n)
+		}
+	}
+}
+
+// A job started ahead that is still waiting for its lane when shutdown
+// begins goes back uncounted; one that ends without taking a lane (a run
+// already finished) gives back its place.
+func TestConsumerStartAheadShutdownAndNoLane(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	q := dial(t, url, "w1", time.Minute)
+	for _, p := range []string{`{"skip":1}`, `{"skip":2}`, `{"n":1}`, `{"n":2}`} {
+		q.Push(ctx, []byte(p))
+	}
+	var inLane, waiting atomic.Int32
+	c := &Consumer{Queue: q, Concurrency: 1, Prefetch: 1, StartAhead: true, Wait: 100 * time.Millisecond, Grace: 5 * time.Second,
+		Handle: func(jctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			if strings.Contains(string(d.Payload), "skip") {
+				return nil // acknowledged without a lane
+			}
+			waiting.Add(1)
+			if err := d.Lane(jctx); err != nil {
+				waiting.Add(-1)
+				return err
+			}
+			waiting.Add(-1)
+			inLane.Add(1)
+			select {
+			case <-stop:
+				return ErrInterrupted
+			case <-jctx.Done():
+				return jctx.Err()
+			}
+		}}
+	done := make(chan Stats)
+	go func() { st, _ := c.Run(ctx); done <- st }()
+	waitFor(t, "one in its lane, one waiting for it", func() bool {
+		return inLane.Load() == 1 && waiting.Load() == 1
+	})
+	cancel()
+	if st := <-done; st.Released != 2 || st.Done != 2 {
+		t.Fatalf("stats %+v, want 2 done (no lane needed) and 2 handed back", st)
+	}
+	if n := inLane.Load(); n != 1 {
+		t.Fatalf("%d jobs reached a lane, want 1 (none after shutdown began)", n)
+	}
+	qn, pn, _, err := q.Lengths(context.Background())
+	if err != nil || qn != 2 || pn != 0 {
+		t.Fatalf("after shutdown: %d queued, %d taken (%v); want 2 and 0", qn, pn, err)
+	}
+	for range 2 {
+		d, err := q.Take(context.Background(), time.Second)
+		if err != nil || d == nil || d.Attempt != 1 {
+			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
+		}
 	}
 }
