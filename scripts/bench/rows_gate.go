@@ -199,7 +199,7 @@ func (b *bench) gateRepo(dir, name string, o sandbox.Options, warm sandbox.Sandb
 		}
 		return time.Since(t0), err
 	}
-	r := row{name: fmt.Sprintf("gate on the %s repository (%d packages, %d module deps): conductor review's gate, warm cache, vs `go test -count=1 ./...` on the host, warm build cache", label(name), len(pkgs), depsOf(name)),
+	r := row{name: fmt.Sprintf("gate on the %s repository (%s, %s): conductor review's gate, warm cache, vs `go test -count=1 ./...` on the host, warm build cache", label(name), count(len(pkgs), "package"), count(depsOf(name), "module dep")),
 		goal: "≤ 1.5×", oursLabel: "gate", floorLabel: "host"}
 	for i := 0; i < b.sz.runs; i++ {
 		c, err := change(i + 1)

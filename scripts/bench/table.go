@@ -335,3 +335,11 @@ func printTable(w io.Writer, rows []row) {
 		}
 	}
 }
+
+// count is n with its noun, plural unless n is 1: "1 burst", "3 bursts".
+func count(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
