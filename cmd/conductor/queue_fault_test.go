@@ -5,14 +5,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -121,8 +129,12 @@ func (r *faultRig) enqueueAll() []string {
 // startWorker starts `conductor worker` with short leases and backoffs.
 func (r *faultRig) startWorker(extra ...string) *faultWorker {
 	r.t.Helper()
-	args := append([]string{"worker", "--concurrency", "2", "--wait", "1", "--heartbeat-ttl", "2s",
-		"--model", "ollama-qwen", "--repo", r.repo, "--sandbox", "none", "--grace", "5s"}, extra...)
+	args := []string{"worker", "--wait", "1", "--heartbeat-ttl", "2s",
+		"--model", "ollama-qwen", "--repo", r.repo, "--sandbox", "none", "--grace", "5s"}
+	if !slices.Contains(extra, "--concurrency") { // two lanes unless the test says
+		args = append(args, "--concurrency", "2")
+	}
+	args = append(args, extra...)
 	cmd := exec.Command("conductor", args...)
 	w := &faultWorker{cmd: cmd, out: &syncBuffer{}}
 	cmd.Env, cmd.Stdout, cmd.Stderr = r.env, w.out, w.out
@@ -352,7 +364,6 @@ func pgOutageTrial(t *testing.T, onRedis bool) {
 	t.Logf("%d jobs across 3 workers; the workers logged %d store and %d queue outages", jobs,
 		strings.Count(r.logs(), "store unavailable; retrying"), strings.Count(r.logs(), "queue unavailable; retrying"))
 	if t.Failed() {
-		t.Log(r.logs())
 	}
 }
 
@@ -580,5 +591,63 @@ func TestWorkerWaitsForStoreAtStart(t *testing.T) {
 	r.stopWorkers()
 	if n := strings.Count(w.out.String(), "bus store unreachable; retrying"); n != 1 {
 		t.Errorf("%d outage lines, want 1\n%s", n, r.logs())
+	}
+}
+
+// TestWorkerPreparesPrefetchedJobAheadOfItsLane: with one lane and
+// --prefetch 1, the job taken ahead does its lookups and takes its run lock
+// while the first job is in its conversation, and neither sends a model
+// request nor starts its run (no run folder) until the lane frees.
+func TestWorkerPreparesPrefetchedJobAheadOfItsLane(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process queue test")
+	}
+	redisURL := testenv.Redis(t)
+	// The model's requests wait at a gate until the test opens it.
+	var upstream atomic.Pointer[httputil.ReverseProxy]
+	var requests atomic.Int32
+	open := make(chan struct{})
+	var opened sync.Once
+	openGate := func() { opened.Do(func() { close(open) }) }
+	gate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		requests.Add(1)
+		<-open
+		upstream.Load().ServeHTTP(w, req)
+	}))
+	t.Cleanup(gate.Close)
+	t.Cleanup(openGate) // runs before gate.Close: no handler stays blocked
+	r := newFaultRig(t, 2, "REDIS_URL="+redisURL, "CONDUCTOR_MODEL_OLLAMA_QWEN_URL="+gate.URL+"/v1")
+	u, err := url.Parse(strings.TrimSuffix(r.llm.URL(), "/v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream.Store(httputil.NewSingleHostReverseProxy(u))
+	ids := r.enqueueAll()
+	r.startWorker("--concurrency", "1", "--prefetch", "1")
+	rc := redisClient(t, redisURL)
+	locked := func(id string) bool {
+		keys, err := rc.Keys(context.Background(), "*lock*run:"+id).Result()
+		return err == nil && len(keys) > 0
+	}
+	waitCond(t, "the first job's model request at the gate and the second job's run lock taken", func() bool {
+		return requests.Load() >= 1 && locked(ids[1])
+	}, r.logs)
+	if n := requests.Load(); n != 1 {
+		t.Fatalf("%d model requests with one lane, want 1", n)
+	}
+	if _, err := os.Stat(filepath.Join(r.home, "data", "runs", ids[1])); !errors.Is(err, fs.ErrNotExist) {
+		t.Log(r.logs())
+		t.Fatalf("the prefetched job's run started before a lane freed (stat: %v)", err)
+	}
+	openGate()
+	waitCond(t, "both jobs done", func() bool { return len(r.finishedRunLines()) == 2 }, r.logs)
+	r.stopWorkers()
+	for id, n := range r.finishedRunLines() {
+		if n != 1 {
+			t.Errorf("run %s completed %d times", id, n)
+		}
+	}
+	if !redisSettled(rc, "echodo:orchestrator:jobs") {
+		t.Errorf("jobs left queued or held")
 	}
 }

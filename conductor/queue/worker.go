@@ -158,6 +158,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 		// finishing holds the jobs that gave their lane back (nil: none).
 		finishing chan struct{}
 		taken     int
+		lastTurn  <-chan struct{} // the last taken job's turn (lane.turn)
 		bo        = Backoff{Min: c.BackoffMin, Max: c.BackoffMax}
 	)
 	if c.Finishing > 0 {
@@ -203,16 +204,19 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 			continue
 		}
 		taken++
-		hand := &lane{lanes: slots, held: held, finishing: finishing, stop: stop}
+		hand := &lane{lanes: slots, held: held, finishing: finishing, stop: stop, after: lastTurn, turn: make(chan struct{})}
+		lastTurn = hand.turn
 		if c.StartAhead {
 			d.lane = hand.take
 		} else {
 			select {
 			case slots <- struct{}{}:
 				hand.laned.Store(true)
+				hand.passTurn()
 			case <-ctx.Done():
 				// Prefetched, and shutting down before a lane freed: handed
 				// back uncounted, as an interrupted job is.
+				hand.passTurn()
 				c.handBack(jobCtx, d, out, count, log)
 				<-held
 				continue
@@ -237,8 +241,14 @@ type lane struct {
 	lanes, held, finishing chan struct{}
 	stop                   <-chan struct{}
 	laned                  atomic.Bool // holds its lane
-	once                   sync.Once
-	moved                  bool // on a finishing slot (set under once)
+	// Lanes go to jobs in the order they were taken: after is closed once
+	// the job taken before this one has its lane or has ended (nil: none),
+	// turn once this one has (passTurn).
+	after    <-chan struct{}
+	turn     chan struct{}
+	turnOnce sync.Once
+	once     sync.Once
+	moved    bool // on a finishing slot (set under once)
 }
 
 // take waits for a lane (Delivery.Lane). Once shutdown has begun it hands
@@ -250,15 +260,34 @@ func (l *lane) take(ctx context.Context) error {
 	if isClosed(l.stop) {
 		return ErrInterrupted
 	}
+	if l.after != nil {
+		select {
+		case <-l.after:
+		case <-l.stop:
+			return ErrInterrupted
+		case <-ctx.Done():
+			return ErrInterrupted
+		}
+	}
 	select {
 	case l.lanes <- struct{}{}:
 		l.laned.Store(true)
+		l.passTurn()
 		return nil
 	case <-l.stop:
 		return ErrInterrupted
 	case <-ctx.Done():
 		return ErrInterrupted
 	}
+}
+
+// passTurn lets the job taken after this one take a lane.
+func (l *lane) passTurn() {
+	l.turnOnce.Do(func() {
+		if l.turn != nil {
+			close(l.turn)
+		}
+	})
 }
 
 // loopDone moves the job to a finishing slot, freeing its lane, when one
@@ -281,6 +310,7 @@ func (l *lane) loopDone() {
 // done gives back the slot the job holds once it has ended; a LoopDone
 // after that does nothing.
 func (l *lane) done() {
+	l.passTurn() // a job that ends without a lane passes its turn on
 	l.once.Do(func() {})
 	if l.moved {
 		<-l.finishing

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -721,5 +722,51 @@ func TestConsumerStartAheadShutdownAndNoLane(t *testing.T) {
 		if err != nil || d == nil || d.Attempt != 1 {
 			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
 		}
+	}
+}
+
+// Lanes go to jobs started ahead in the order they were taken, even when a
+// later job is ready first.
+func TestConsumerStartAheadKeepsTakeOrder(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", 3*time.Second)
+	for i := range 3 {
+		q.Push(ctx, []byte(fmt.Sprintf(`{"n":%d}`, i)))
+	}
+	var mu sync.Mutex
+	var order []string
+	ready := make(chan struct{}, 3) // a job's work before its lane is done
+	firstMayGo := make(chan struct{})
+	c := &Consumer{Queue: q, Concurrency: 1, Prefetch: 2, StartAhead: true, Wait: time.Second,
+		Handle: func(ctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			if strings.Contains(string(d.Payload), `"n":0`) {
+				<-firstMayGo // the first job's lookups are the slowest
+			}
+			ready <- struct{}{}
+			if err := d.Lane(ctx); err != nil {
+				return err
+			}
+			mu.Lock()
+			order = append(order, string(d.Payload))
+			mu.Unlock()
+			return nil
+		}}
+	done := runConsumer(t, ctx, c)
+	<-ready // the second and third jobs are ready, waiting for their turn
+	<-ready
+	close(firstMayGo)
+	<-ready
+	waitFor(t, "three jobs in their lanes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == 3
+	})
+	cancel()
+	<-done
+	want := []string{`{"n":0}`, `{"n":1}`, `{"n":2}`}
+	if !slices.Equal(order, want) {
+		t.Fatalf("lanes went to %v, want the take order %v", order, want)
 	}
 }
