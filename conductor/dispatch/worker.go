@@ -185,9 +185,12 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	if err := h.checkInput(ctx, opts, task, known || job.Resume); err != nil {
 		return queue.Permanent(err)
 	}
-	// The claim is taken by the run, once its first model request is out:
-	// its commit overlaps the model's first answer.
-	opts.Claim = func(ctx context.Context) (bool, error) {
+	// The claim starts now, in the background: a prefetched job holds it
+	// before a lane frees, and a run asks for it (Options.Claim) once its
+	// first model request is out, so its commit overlaps the model's first
+	// answer either way. A claim is the run's: a job handed back and run
+	// again under the same run id finds it its own.
+	claim := sync.OnceValues(func() (bool, error) {
 		won, err := h.store.ClaimTask(ctx, task.ID, job.RunID)
 		if err != nil {
 			return false, queue.Infra(err)
@@ -205,7 +208,10 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 			return false, nil
 		}
 		return true, nil
-	}
+	})
+	go claim()
+	defer claim() // never returns while its claim is on the way
+	opts.Claim = func(context.Context) (bool, error) { return claim() }
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
