@@ -543,16 +543,7 @@ func TestConsumerPrefetchedJobHandedBackAtShutdown(t *testing.T) {
 	if n := starts.Load(); n != 1 {
 		t.Fatalf("%d jobs started, want 1 (the prefetched one never runs after shutdown began)", n)
 	}
-	qn, pn, _, err := q.Lengths(context.Background())
-	if err != nil || qn != 2 || pn != 0 {
-		t.Fatalf("after shutdown: %d queued, %d taken (%v); want 2 and 0", qn, pn, err)
-	}
-	for range 2 {
-		d, err := q.Take(context.Background(), time.Second)
-		if err != nil || d == nil || d.Attempt != 1 {
-			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
-		}
-	}
+	requireHandedBack(t, q, 2)
 }
 
 // TestConsumerOnceTakesNoneAhead: a --once round takes at most Concurrency
@@ -713,16 +704,7 @@ func TestConsumerStartAheadShutdownAndNoLane(t *testing.T) {
 	if n := inLane.Load(); n != 1 {
 		t.Fatalf("%d jobs reached a lane, want 1 (none after shutdown began)", n)
 	}
-	qn, pn, _, err := q.Lengths(context.Background())
-	if err != nil || qn != 2 || pn != 0 {
-		t.Fatalf("after shutdown: %d queued, %d taken (%v); want 2 and 0", qn, pn, err)
-	}
-	for range 2 {
-		d, err := q.Take(context.Background(), time.Second)
-		if err != nil || d == nil || d.Attempt != 1 {
-			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
-		}
-	}
+	requireHandedBack(t, q, 2)
 }
 
 // Lanes go to jobs started ahead in the order they were taken, even when a
@@ -768,5 +750,21 @@ func TestConsumerStartAheadKeepsTakeOrder(t *testing.T) {
 	want := []string{`{"n":0}`, `{"n":1}`, `{"n":2}`}
 	if !slices.Equal(order, want) {
 		t.Fatalf("lanes went to %v, want the take order %v", order, want)
+	}
+}
+
+// requireHandedBack checks, after a shutdown, that n jobs are queued again,
+// none is left taken, and each comes back at attempt 1 (uncounted).
+func requireHandedBack(t *testing.T, q *Redis, n int64) {
+	t.Helper()
+	qn, pn, _, err := q.Lengths(context.Background())
+	if err != nil || qn != n || pn != 0 {
+		t.Fatalf("after shutdown: %d queued, %d taken (%v); want %d and 0", qn, pn, err, n)
+	}
+	for range n {
+		d, err := q.Take(context.Background(), time.Second)
+		if err != nil || d == nil || d.Attempt != 1 {
+			t.Fatalf("handed-back job: %+v %v, want it back at attempt 1", d, err)
+		}
 	}
 }
