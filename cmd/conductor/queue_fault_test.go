@@ -651,3 +651,40 @@ func TestWorkerPreparesPrefetchedJobAheadOfItsLane(t *testing.T) {
 		t.Errorf("jobs left queued or held")
 	}
 }
+
+// TestWorkerStartNotHeldByDockerReap: a worker whose backend is not docker
+// still reaps the containers a killed docker worker left, but a docker
+// CLI that does not answer must not hold its start: the reap runs beside
+// the jobs. The fake docker hangs until the worker is gone (or 300 s, when
+// it notes that it gave up): the job must be done while it still hangs.
+func TestWorkerStartNotHeldByDockerReap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process queue test")
+	}
+	r := newFaultRig(t, 1)
+	r.enqueueAll()
+	bin := t.TempDir()
+	called, gaveUp := filepath.Join(bin, "called"), filepath.Join(bin, "gave-up")
+	script := fmt.Sprintf("#!/bin/sh\ntouch %q\ni=0\nwhile [ $i -lt 3000 ]; do sleep 0.1; i=$((i+1)); done\ntouch %q\nexit 1\n", called, gaveUp)
+	if err := os.WriteFile(filepath.Join(bin, "docker"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append([]string(nil), r.env...)
+	for i, kv := range env {
+		if strings.HasPrefix(kv, "PATH=") {
+			env[i] = "PATH=" + bin + string(os.PathListSeparator) + strings.TrimPrefix(kv, "PATH=")
+		}
+	}
+	cmd := exec.Command("conductor", "worker", "--once", "--model", "ollama-qwen", "--repo", r.repo, "--sandbox", "none")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("worker: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), `"status":"succeeded"`) {
+		t.Fatalf("the job did not succeed:\n%s", out)
+	}
+	if _, err := os.Stat(gaveUp); err == nil {
+		t.Fatalf("the worker waited for the docker CLI before its job:\n%s", out)
+	}
+}

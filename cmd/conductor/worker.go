@@ -91,10 +91,22 @@ func newWorkerCmd(d *deps) *cli.Command {
 				return err
 			}
 			// Containers a killed worker left behind (the docker backend).
-			if names, err := sandbox.ReapOrphanContainers(c.Context, sandbox.OptionsFrom(cfg.SandboxLimits)); err != nil && cfg.Sandbox == sandbox.BackendDocker {
-				fmt.Fprintf(d.Stderr, "conductor: reap orphan sandbox containers: %v\n", err)
-			} else if len(names) > 0 {
-				fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))
+			// With another backend the reap runs beside the jobs (reporting
+			// through the log, which serialises its lines): an engine that
+			// does not answer must not hold this worker's start.
+			lim := sandbox.OptionsFrom(cfg.SandboxLimits)
+			if cfg.Sandbox == sandbox.BackendDocker {
+				if names, err := sandbox.ReapOrphanContainers(c.Context, lim); err != nil {
+					fmt.Fprintf(d.Stderr, "conductor: reap orphan sandbox containers: %v\n", err)
+				} else if len(names) > 0 {
+					fmt.Fprintf(d.Stderr, "  reaped:      %d orphan sandbox containers (%s)\n", len(names), strings.Join(names, ", "))
+				}
+			} else {
+				go func() {
+					if names, _ := sandbox.ReapOrphanContainers(c.Context, lim); len(names) > 0 {
+						d.Log.Info("reaped orphan sandbox containers", "names", strings.Join(names, ", "))
+					}
+				}()
 			}
 			if base.ModelAlias != "" && base.Registry != nil {
 				if _, err := base.Registry.Lookup(base.ModelAlias); err != nil {
