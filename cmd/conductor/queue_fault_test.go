@@ -687,4 +687,7 @@ func TestWorkerStartNotHeldByDockerReap(t *testing.T) {
 	if _, err := os.Stat(gaveUp); err == nil {
 		t.Fatalf("the worker waited for the docker CLI before its job:\n%s", out)
 	}
+	if _, err := os.Stat(called); err != nil {
+		t.Fatalf("the worker never ran the docker CLI: no reap of orphan containers\n%s", out)
+	}
 }
