@@ -639,6 +639,23 @@ func TestWorkerPreparesPrefetchedJobAheadOfItsLane(t *testing.T) {
 		t.Log(r.logs())
 		t.Fatalf("the prefetched job's run started before a lane freed (stat: %v)", err)
 	}
+	// Two jobs are in the worker, one of them on its lane: the heartbeat
+	// (mission control's "in flight / concurrency") counts the lane.
+	since := time.Now()
+	var beat bus.Heartbeat
+	waitCond(t, "a heartbeat written while both jobs are in the worker", func() bool {
+		hs, err := heartbeatStore(t, r.home).ListHeartbeats(context.Background(), time.Time{})
+		for _, h := range hs {
+			if err == nil && h.SeenAt.After(since) {
+				beat = h
+				return true
+			}
+		}
+		return false
+	}, r.logs)
+	if beat.InFlight != 1 || beat.Concurrency != 1 {
+		t.Errorf("heartbeat: %d in flight of %d, want 1 of 1 (the job waiting ahead of its lane is not in flight)", beat.InFlight, beat.Concurrency)
+	}
 	openGate()
 	waitCond(t, "both jobs done", func() bool { return len(r.finishedRunLines()) == 2 }, r.logs)
 	r.stopWorkers()

@@ -17,7 +17,7 @@ type Heartbeat struct {
 	PID         int           `json:"pid"`
 	Queue       string        `json:"queue"` // the queue it consumes ("redis KEY" or "embedded KEY")
 	Concurrency int           `json:"concurrency"`
-	InFlight    int           `json:"inFlight"` // jobs running now
+	InFlight    int           `json:"inFlight"` // jobs on a lane now (queue.Consumer.LanesInUse: never more than Concurrency)
 	StartedAt   time.Time     `json:"startedAt"`
 	SeenAt      time.Time     `json:"seenAt"`
 	TTL         time.Duration `json:"ttl"`

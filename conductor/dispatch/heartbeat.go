@@ -4,40 +4,31 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/conductor/queue"
 )
 
-// workerBeat is a worker process's heartbeat in the store (bus.Workers):
-// host, pid, queue, concurrency and jobs in flight, refreshed every
-// third of ttl; mission control shows workers whose beat is older than ttl
-// as gone.
-type workerBeat struct {
-	store    bus.Workers
-	log      *slog.Logger
-	beat     bus.Heartbeat
-	inFlight atomic.Int64
-}
-
-// startWorkerBeat writes the first heartbeat and keeps it fresh until the
-// returned stop, which records a clean stop. A store without heartbeats,
-// or one that fails, costs the worker nothing (a warning per outage).
-func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consumer, queueName string, concurrency int, ttl time.Duration, now func() time.Time) (*workerBeat, func()) {
+// startWorkerBeat writes a worker process's heartbeat in the store
+// (bus.Workers): host, pid, queue, concurrency and the jobs in flight
+// (inFlight: the lanes in use, so never more than the concurrency),
+// refreshed every third of ttl, until the returned stop, which records a
+// clean stop. Mission control shows workers whose beat is older than ttl
+// as gone. A store without heartbeats, or one that fails, costs the worker
+// nothing (a warning per outage).
+func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consumer, queueName string, concurrency int, inFlight func() int, ttl time.Duration, now func() time.Time) func() {
 	ws, ok := st.(bus.Workers)
 	if !ok {
-		return &workerBeat{}, func() {}
+		return func() {}
 	}
 	host, _ := os.Hostname()
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	b := &workerBeat{store: ws, log: log, beat: bus.Heartbeat{
+	beat := bus.Heartbeat{
 		Consumer: consumer, Host: host, PID: os.Getpid(), Queue: queueName,
 		Concurrency: concurrency, StartedAt: now(), TTL: ttl,
-	}}
+	}
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -46,8 +37,8 @@ func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consum
 		defer t.Stop()
 		failing := false
 		for {
-			h := b.beat
-			h.InFlight, h.SeenAt = int(b.inFlight.Load()), now()
+			h := beat
+			h.InFlight, h.SeenAt = inFlight(), now()
 			err := ws.PutHeartbeat(bctx, h)
 			switch {
 			case err != nil && !failing && bctx.Err() == nil:
@@ -64,7 +55,7 @@ func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consum
 			}
 		}
 	}()
-	return b, func() {
+	return func() {
 		cancel()
 		<-done
 		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -72,14 +63,5 @@ func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consum
 		if err := ws.StopHeartbeat(sctx, consumer, now()); err != nil {
 			log.Warn("worker heartbeat: record the stop", "err", err)
 		}
-	}
-}
-
-// track counts the jobs h is running, for the heartbeat.
-func (b *workerBeat) track(h queue.Handler) queue.Handler {
-	return func(ctx context.Context, stop <-chan struct{}, dl *queue.Delivery) error {
-		b.inFlight.Add(1)
-		defer b.inFlight.Add(-1)
-		return h(ctx, stop, dl)
 	}
 }

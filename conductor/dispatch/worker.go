@@ -107,14 +107,14 @@ func Serve(ctx context.Context, o WorkerOptions) (WorkerStats, error) {
 	if now == nil {
 		now = time.Now
 	}
-	beat, stopBeat := startWorkerBeat(ctx, st, o.Log, o.Consumer, q.Name(), o.Concurrency, o.LockTTL, now)
-	defer stopBeat()
 	h := &Handler{o: o, store: st, q: q}
 	cons := &queue.Consumer{
-		Queue: q, Handle: beat.track(h.Handle), OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing, Prefetch: o.Prefetch,
+		Queue: q, Handle: h.Handle, OnDead: h.Dead, Concurrency: o.Concurrency, Finishing: o.Finishing, Prefetch: o.Prefetch,
 		StartAhead: true, // Handle takes its lane (dl.Lane) after the run's lookups, lock and checks
 		Wait:       o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
 	}
+	stopBeat := startWorkerBeat(ctx, st, o.Log, o.Consumer, q.Name(), o.Concurrency, cons.LanesInUse, o.LockTTL, now)
+	defer stopBeat()
 	stats.Consumed = true
 	stats.Stats, err = cons.Run(ctx)
 	return stats, err

@@ -67,6 +67,20 @@ type Consumer struct {
 	// queue or the store is down (defaults 200ms and 30s).
 	BackoffMin, BackoffMax time.Duration
 	Log                    *slog.Logger
+
+	lanes atomic.Pointer[chan struct{}] // the running Run's lanes (LanesInUse)
+}
+
+// LanesInUse is how many lanes hold a job now: jobs in their model
+// conversation, and jobs finishing on their lane (Finishing 0, or every
+// finishing slot taken). A job waiting ahead of a lane or finishing beside
+// the lanes holds none, so it is never more than Concurrency: what a
+// worker's heartbeat reports against it. 0 while Run is not running.
+func (c *Consumer) LanesInUse() int {
+	if p := c.lanes.Load(); p != nil {
+		return len(*p)
+	}
+	return 0
 }
 
 // Stats counts what a consumer did.
@@ -164,6 +178,8 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 	if c.Finishing > 0 {
 		finishing = make(chan struct{}, c.Finishing)
 	}
+	c.lanes.Store(&slots)
+	defer c.lanes.Store(nil)
 	count := func(f func(*Stats)) {
 		mu.Lock()
 		f(&stats)

@@ -768,3 +768,57 @@ func requireHandedBack(t *testing.T, q *Redis, n int64) {
 		}
 	}
 }
+
+// LanesInUse counts only the jobs on a lane: one finishing beside the
+// lanes and one started ahead, waiting for a lane, are not in it, so a
+// worker's heartbeat never reports more than its concurrency.
+func TestConsumerLanesInUse(t *testing.T) {
+	url := testenv.Redis(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := dial(t, url, "w1", time.Minute)
+	for _, p := range []string{`{"n":"finishing"}`, `{"n":"lane"}`, `{"n":"ahead"}`} {
+		q.Push(ctx, []byte(p))
+	}
+	var started, finishing, inLane, waiting atomic.Int32
+	release := make(chan struct{})
+	c := &Consumer{Queue: q, Concurrency: 1, Finishing: 1, Prefetch: 1, StartAhead: true, Wait: 100 * time.Millisecond, Grace: 5 * time.Second,
+		Handle: func(jctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			started.Add(1)
+			waiting.Add(1)
+			if err := d.Lane(jctx); err != nil {
+				waiting.Add(-1)
+				return err
+			}
+			waiting.Add(-1)
+			if strings.Contains(string(d.Payload), "finishing") {
+				d.LoopDone() // off its lane, onto the finishing slot
+				finishing.Add(1)
+				defer finishing.Add(-1)
+			} else {
+				inLane.Add(1)
+				defer inLane.Add(-1)
+			}
+			<-release
+			return nil
+		}}
+	if n := c.LanesInUse(); n != 0 {
+		t.Fatalf("%d lanes in use before Run", n)
+	}
+	done := runConsumer(t, ctx, c)
+	waitFor(t, "a job finishing, one in its lane and one waiting ahead", func() bool {
+		return finishing.Load() == 1 && inLane.Load() == 1 && waiting.Load() == 1
+	})
+	if n := c.LanesInUse(); n != 1 {
+		t.Fatalf("%d lanes in use with %d handlers running, want 1 (the job in its lane)", n, started.Load())
+	}
+	close(release)
+	waitFor(t, "every job done", func() bool { return started.Load() == 3 && finishing.Load() == 0 && inLane.Load() == 0 })
+	cancel()
+	if st := <-done; st.Done != 3 {
+		t.Fatalf("stats %+v, want 3 done", st)
+	}
+	if n := c.LanesInUse(); n != 0 {
+		t.Fatalf("%d lanes in use after Run", n)
+	}
+}
