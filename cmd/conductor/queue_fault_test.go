@@ -653,8 +653,8 @@ func TestWorkerPreparesPrefetchedJobAheadOfItsLane(t *testing.T) {
 		}
 		return false
 	}, r.logs)
-	if beat.InFlight != 1 || beat.Concurrency != 1 {
-		t.Errorf("heartbeat: %d in flight of %d, want 1 of 1 (the job waiting ahead of its lane is not in flight)", beat.InFlight, beat.Concurrency)
+	if beat.InFlight != 1 || beat.Concurrency != 1 || beat.Waiting != 1 || beat.Finishing != 0 {
+		t.Errorf("heartbeat: %d in flight of %d, %d waiting, %d finishing; want 1 of 1 and the prefetched job waiting", beat.InFlight, beat.Concurrency, beat.Waiting, beat.Finishing)
 	}
 	openGate()
 	waitCond(t, "both jobs done", func() bool { return len(r.finishedRunLines()) == 2 }, r.logs)

@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 6
+const SchemaVersion = 7
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -186,6 +186,12 @@ var migrations = []migration{
 		`ALTER TABLE runs ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE claims ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
 		`ALTER TABLE checkpoints ADD COLUMN harness_alias TEXT NOT NULL DEFAULT ''`,
+	}},
+	// A worker's jobs beside its lanes: finishing, and taken ahead of a
+	// lane (in_flight is the lanes in use).
+	{version: 7, name: "worker heartbeat occupancy", stmts: []string{
+		`ALTER TABLE worker_heartbeats ADD COLUMN finishing BIGINT NOT NULL DEFAULT 0`,
+		`ALTER TABLE worker_heartbeats ADD COLUMN waiting BIGINT NOT NULL DEFAULT 0`,
 	}},
 }
 

@@ -182,11 +182,11 @@ func TestWorkerHeartbeats(t *testing.T) {
 			must(s.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "h:1:1", Host: "h", PID: 1, Queue: "embedded q", Concurrency: 4, InFlight: 2, TTL: 10 * time.Second}))
 			must(s.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "h:2:1", Host: "h", PID: 2, Queue: "embedded q", Concurrency: 1, TTL: 10 * time.Second}))
 			c.Advance(5 * time.Second)
-			must(s.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "h:1:1", Host: "h", PID: 1, Queue: "embedded q", Concurrency: 4, InFlight: 3, StartedAt: t0, TTL: 10 * time.Second}))
+			must(s.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "h:1:1", Host: "h", PID: 1, Queue: "embedded q", Concurrency: 4, InFlight: 3, Finishing: 2, Waiting: 1, StartedAt: t0, TTL: 10 * time.Second}))
 			c.Advance(6 * time.Second)
 			hs, err := s.ListHeartbeats(ctx, time.Time{})
 			must(err)
-			if len(hs) != 2 || hs[0].Consumer != "h:1:1" || hs[0].InFlight != 3 || !hs[0].StartedAt.Equal(t0) || hs[0].Concurrency != 4 {
+			if len(hs) != 2 || hs[0].Consumer != "h:1:1" || hs[0].InFlight != 3 || hs[0].Finishing != 2 || hs[0].Waiting != 1 || !hs[0].StartedAt.Equal(t0) || hs[0].Concurrency != 4 {
 				t.Fatalf("heartbeats: %+v", hs)
 			}
 			if hs[0].Gone(c.Now()) || !hs[1].Gone(c.Now()) {
@@ -194,7 +194,7 @@ func TestWorkerHeartbeats(t *testing.T) {
 			}
 			must(s.StopHeartbeat(ctx, "h:1:1", c.Now()))
 			hs, _ = s.ListHeartbeats(ctx, time.Time{})
-			if !hs[0].Gone(c.Now()) || hs[0].InFlight != 0 || hs[0].StoppedAt.IsZero() {
+			if !hs[0].Gone(c.Now()) || hs[0].InFlight != 0 || hs[0].Finishing != 0 || hs[0].Waiting != 0 || hs[0].StoppedAt.IsZero() {
 				t.Errorf("stopped worker: %+v", hs[0])
 			}
 			if hs, _ := s.ListHeartbeats(ctx, c.Now().Add(-time.Second)); len(hs) != 0 {

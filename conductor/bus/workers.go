@@ -17,7 +17,9 @@ type Heartbeat struct {
 	PID         int           `json:"pid"`
 	Queue       string        `json:"queue"` // the queue it consumes ("redis KEY" or "embedded KEY")
 	Concurrency int           `json:"concurrency"`
-	InFlight    int           `json:"inFlight"` // jobs on a lane now (queue.Consumer.LanesInUse: never more than Concurrency)
+	InFlight    int           `json:"inFlight"`  // jobs on a lane now (never more than Concurrency)
+	Finishing   int           `json:"finishing"` // jobs finishing beside the lanes
+	Waiting     int           `json:"waiting"`   // jobs taken ahead of a lane, waiting for one
 	StartedAt   time.Time     `json:"startedAt"`
 	SeenAt      time.Time     `json:"seenAt"`
 	TTL         time.Duration `json:"ttl"`
@@ -53,12 +55,12 @@ func (s *sqlStore) PutHeartbeat(ctx context.Context, h Heartbeat) error {
 		h.StartedAt = h.SeenAt
 	}
 	err := s.write(ctx, func(q querier) error {
-		_, err := q.exec(ctx, `INSERT INTO worker_heartbeats (consumer, host, pid, queue, concurrency, in_flight, started_at, seen_at, ttl, stopped_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+		_, err := q.exec(ctx, `INSERT INTO worker_heartbeats (consumer, host, pid, queue, concurrency, in_flight, finishing, waiting, started_at, seen_at, ttl, stopped_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
 			ON CONFLICT (consumer) DO UPDATE SET host = excluded.host, pid = excluded.pid, queue = excluded.queue,
-				concurrency = excluded.concurrency, in_flight = excluded.in_flight, seen_at = excluded.seen_at,
-				ttl = excluded.ttl, stopped_at = 0`,
-			h.Consumer, h.Host, int64(h.PID), h.Queue, int64(h.Concurrency), int64(h.InFlight),
+				concurrency = excluded.concurrency, in_flight = excluded.in_flight, finishing = excluded.finishing,
+				waiting = excluded.waiting, seen_at = excluded.seen_at, ttl = excluded.ttl, stopped_at = 0`,
+			h.Consumer, h.Host, int64(h.PID), h.Queue, int64(h.Concurrency), int64(h.InFlight), int64(h.Finishing), int64(h.Waiting),
 			ts(h.StartedAt), ts(h.SeenAt), int64(h.TTL))
 		return err
 	})
@@ -73,7 +75,7 @@ func (s *sqlStore) StopHeartbeat(ctx context.Context, consumer string, at time.T
 		at = s.timeNow()
 	}
 	err := s.write(ctx, func(q querier) error {
-		_, err := q.exec(ctx, `UPDATE worker_heartbeats SET stopped_at = ?, in_flight = 0 WHERE consumer = ?`, ts(at), consumer)
+		_, err := q.exec(ctx, `UPDATE worker_heartbeats SET stopped_at = ?, in_flight = 0, finishing = 0, waiting = 0 WHERE consumer = ?`, ts(at), consumer)
 		return err
 	})
 	if err != nil {
@@ -87,15 +89,16 @@ func (s *sqlStore) ListHeartbeats(ctx context.Context, since time.Time) ([]Heart
 	err := s.read(ctx, func(q querier) (err error) {
 		out, err = all(ctx, q, func(r scanner) (Heartbeat, error) {
 			var (
-				h                        Heartbeat
-				pid, conc, inFlight, ttl int64
-				started, seen, stopped   int64
+				h                                            Heartbeat
+				pid, conc, inFlight, finishing, waiting, ttl int64
+				started, seen, stopped                       int64
 			)
-			err := r.Scan(&h.Consumer, &h.Host, &pid, &h.Queue, &conc, &inFlight, &started, &seen, &ttl, &stopped)
-			h.PID, h.Concurrency, h.InFlight, h.TTL = int(pid), int(conc), int(inFlight), time.Duration(ttl)
+			err := r.Scan(&h.Consumer, &h.Host, &pid, &h.Queue, &conc, &inFlight, &finishing, &waiting, &started, &seen, &ttl, &stopped)
+			h.PID, h.Concurrency, h.TTL = int(pid), int(conc), time.Duration(ttl)
+			h.InFlight, h.Finishing, h.Waiting = int(inFlight), int(finishing), int(waiting)
 			h.StartedAt, h.SeenAt, h.StoppedAt = fromTS(started), fromTS(seen), fromTS(stopped)
 			return h, err
-		}, `SELECT consumer, host, pid, queue, concurrency, in_flight, started_at, seen_at, ttl, stopped_at
+		}, `SELECT consumer, host, pid, queue, concurrency, in_flight, finishing, waiting, started_at, seen_at, ttl, stopped_at
 			FROM worker_heartbeats WHERE seen_at >= ? ORDER BY seen_at DESC, consumer`, ts(since))
 		return err
 	})

@@ -7,16 +7,18 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/queue"
 )
 
 // startWorkerBeat writes a worker process's heartbeat in the store
-// (bus.Workers): host, pid, queue, concurrency and the jobs in flight
-// (inFlight: the lanes in use, so never more than the concurrency),
-// refreshed every third of ttl, until the returned stop, which records a
-// clean stop. Mission control shows workers whose beat is older than ttl
-// as gone. A store without heartbeats, or one that fails, costs the worker
-// nothing (a warning per outage).
-func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consumer, queueName string, concurrency int, inFlight func() int, ttl time.Duration, now func() time.Time) func() {
+// (bus.Workers): host, pid, queue, concurrency and where its jobs are
+// (occupancy: in flight is the lanes in use, so never more than the
+// concurrency; finishing and waiting beside them), refreshed every third
+// of ttl, until the returned stop, which records a clean stop. Mission
+// control shows workers whose beat is older than ttl as gone. A store
+// without heartbeats, or one that fails, costs the worker nothing (a
+// warning per outage).
+func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consumer, queueName string, concurrency int, occupancy func() queue.Occupancy, ttl time.Duration, now func() time.Time) func() {
 	ws, ok := st.(bus.Workers)
 	if !ok {
 		return func() {}
@@ -38,7 +40,8 @@ func startWorkerBeat(ctx context.Context, st bus.Store, log *slog.Logger, consum
 		failing := false
 		for {
 			h := beat
-			h.InFlight, h.SeenAt = inFlight(), now()
+			o := occupancy()
+			h.InFlight, h.Finishing, h.Waiting, h.SeenAt = o.Lanes, o.Finishing, o.Waiting, now()
 			err := ws.PutHeartbeat(bctx, h)
 			switch {
 			case err != nil && !failing && bctx.Err() == nil:

@@ -113,7 +113,7 @@ func Serve(ctx context.Context, o WorkerOptions) (WorkerStats, error) {
 		StartAhead: true, // Handle takes its lane (dl.Lane) after the run's lookups, lock and checks
 		Wait:       o.Wait, Once: o.Once, Grace: o.Grace, Log: o.Log,
 	}
-	stopBeat := startWorkerBeat(ctx, st, o.Log, o.Consumer, q.Name(), o.Concurrency, cons.LanesInUse, o.LockTTL, now)
+	stopBeat := startWorkerBeat(ctx, st, o.Log, o.Consumer, q.Name(), o.Concurrency, cons.Occupancy, o.LockTTL, now)
 	defer stopBeat()
 	stats.Consumed = true
 	stats.Stats, err = cons.Run(ctx)

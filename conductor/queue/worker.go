@@ -68,19 +68,39 @@ type Consumer struct {
 	BackoffMin, BackoffMax time.Duration
 	Log                    *slog.Logger
 
-	lanes atomic.Pointer[chan struct{}] // the running Run's lanes (LanesInUse)
+	running atomic.Pointer[occupied] // the running Run's slots (Occupancy)
 }
 
-// LanesInUse is how many lanes hold a job now: jobs in their model
-// conversation, and jobs finishing on their lane (Finishing 0, or every
-// finishing slot taken). A job waiting ahead of a lane or finishing beside
-// the lanes holds none, so it is never more than Concurrency: what a
-// worker's heartbeat reports against it. 0 while Run is not running.
-func (c *Consumer) LanesInUse() int {
-	if p := c.lanes.Load(); p != nil {
-		return len(*p)
+// Occupancy is where a consumer's jobs are at one moment.
+type Occupancy struct {
+	// Lanes is the jobs on a lane: in their model conversation, or
+	// finishing on their lane (Finishing 0, or every finishing slot
+	// taken). Never more than Concurrency.
+	Lanes int
+	// Finishing is the jobs finishing beside the lanes (LoopDone moved
+	// them to a finishing slot).
+	Finishing int
+	// Waiting is the jobs taken ahead of a lane (Prefetch), waiting for
+	// one (with StartAhead, doing their work before Delivery.Lane).
+	Waiting int
+}
+
+// occupied is what Occupancy reads of a running Run: its lanes' and
+// finishing slots' channels, and the count of jobs waiting for a lane.
+type occupied struct {
+	lanes, finishing chan struct{}
+	waiting          *atomic.Int64
+}
+
+// Occupancy reports where the jobs of the running Run are (zero while Run
+// is not running): what a worker's heartbeat shows against its
+// concurrency. The three counts are read one after another, not at once.
+func (c *Consumer) Occupancy() Occupancy {
+	o := c.running.Load()
+	if o == nil {
+		return Occupancy{}
 	}
-	return 0
+	return Occupancy{Lanes: len(o.lanes), Finishing: len(o.finishing), Waiting: int(o.waiting.Load())}
 }
 
 // Stats counts what a consumer did.
@@ -178,8 +198,9 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 	if c.Finishing > 0 {
 		finishing = make(chan struct{}, c.Finishing)
 	}
-	c.lanes.Store(&slots)
-	defer c.lanes.Store(nil)
+	var waiting atomic.Int64 // jobs taken and not yet on a lane (Occupancy)
+	c.running.Store(&occupied{lanes: slots, finishing: finishing, waiting: &waiting})
+	defer c.running.Store(nil)
 	count := func(f func(*Stats)) {
 		mu.Lock()
 		f(&stats)
@@ -220,18 +241,21 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 			continue
 		}
 		taken++
-		hand := &lane{lanes: slots, held: held, finishing: finishing, stop: stop, after: lastTurn, turn: make(chan struct{})}
+		hand := &lane{lanes: slots, held: held, finishing: finishing, stop: stop, after: lastTurn, turn: make(chan struct{}), waiting: &waiting}
 		lastTurn = hand.turn
+		waiting.Add(1)
 		if c.StartAhead {
 			d.lane = hand.take
 		} else {
 			select {
 			case slots <- struct{}{}:
 				hand.laned.Store(true)
+				hand.unwait()
 				hand.passTurn()
 			case <-ctx.Done():
 				// Prefetched, and shutting down before a lane freed: handed
 				// back uncounted, as an interrupted job is.
+				hand.unwait()
 				hand.passTurn()
 				c.handBack(jobCtx, d, out, count, log)
 				<-held
@@ -265,6 +289,10 @@ type lane struct {
 	turnOnce sync.Once
 	once     sync.Once
 	moved    bool // on a finishing slot (set under once)
+	// waiting counts the consumer's jobs not yet on a lane; this one leaves
+	// it once (unwait), when it takes its lane or ends.
+	waiting  *atomic.Int64
+	waitOnce sync.Once
 }
 
 // take waits for a lane (Delivery.Lane). Once shutdown has begun it hands
@@ -288,6 +316,7 @@ func (l *lane) take(ctx context.Context) error {
 	select {
 	case l.lanes <- struct{}{}:
 		l.laned.Store(true)
+		l.unwait()
 		l.passTurn()
 		return nil
 	case <-l.stop:
@@ -295,6 +324,15 @@ func (l *lane) take(ctx context.Context) error {
 	case <-ctx.Done():
 		return ErrInterrupted
 	}
+}
+
+// unwait takes the job out of the consumer's waiting count (once).
+func (l *lane) unwait() {
+	l.waitOnce.Do(func() {
+		if l.waiting != nil {
+			l.waiting.Add(-1)
+		}
+	})
 }
 
 // passTurn lets the job taken after this one take a lane.
@@ -326,7 +364,8 @@ func (l *lane) loopDone() {
 // done gives back the slot the job holds once it has ended; a LoopDone
 // after that does nothing.
 func (l *lane) done() {
-	l.passTurn() // a job that ends without a lane passes its turn on
+	l.unwait()   // a job that ends without a lane waits no more
+	l.passTurn() // and passes its turn on
 	l.once.Do(func() {})
 	if l.moved {
 		<-l.finishing

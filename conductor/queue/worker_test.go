@@ -479,6 +479,9 @@ func TestConsumerPrefetch(t *testing.T) {
 	if qn, pn := lengths(); running.Load() != 2 || pn != 3 || qn != jobs-3 {
 		t.Fatalf("%d running, %d taken, %d queued with 2 lanes and prefetch 1; want 2, 3 and %d", running.Load(), pn, qn, jobs-3)
 	}
+	if o, want := c.Occupancy(), (Occupancy{Lanes: 2, Waiting: 1}); o != want {
+		t.Fatalf("occupancy %+v, want %+v", o, want)
+	}
 	// One lane frees: the prefetched job starts and the next is taken.
 	release <- struct{}{}
 	waitFor(t, "the prefetched job started and another taken", func() bool {
@@ -769,10 +772,11 @@ func requireHandedBack(t *testing.T, q *Redis, n int64) {
 	}
 }
 
-// LanesInUse counts only the jobs on a lane: one finishing beside the
-// lanes and one started ahead, waiting for a lane, are not in it, so a
-// worker's heartbeat never reports more than its concurrency.
-func TestConsumerLanesInUse(t *testing.T) {
+// Occupancy says where the jobs are: one on its lane, one finishing
+// beside the lanes, one started ahead and waiting for a lane. Lanes never
+// counts the other two, so a worker's heartbeat never reports more than its
+// concurrency in flight; a consumer waiting on an empty queue has none.
+func TestConsumerOccupancy(t *testing.T) {
 	url := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -780,10 +784,11 @@ func TestConsumerLanesInUse(t *testing.T) {
 	for _, p := range []string{`{"n":"finishing"}`, `{"n":"lane"}`, `{"n":"ahead"}`} {
 		q.Push(ctx, []byte(p))
 	}
-	var started, finishing, inLane, waiting atomic.Int32
+	var started, finishing, inLane, waiting, ended atomic.Int32
 	release := make(chan struct{})
 	c := &Consumer{Queue: q, Concurrency: 1, Finishing: 1, Prefetch: 1, StartAhead: true, Wait: 100 * time.Millisecond, Grace: 5 * time.Second,
 		Handle: func(jctx context.Context, stop <-chan struct{}, d *Delivery) error {
+			defer ended.Add(1)
 			started.Add(1)
 			waiting.Add(1)
 			if err := d.Lane(jctx); err != nil {
@@ -802,23 +807,29 @@ func TestConsumerLanesInUse(t *testing.T) {
 			<-release
 			return nil
 		}}
-	if n := c.LanesInUse(); n != 0 {
-		t.Fatalf("%d lanes in use before Run", n)
+	if o := c.Occupancy(); o != (Occupancy{}) {
+		t.Fatalf("occupancy %+v before Run", o)
 	}
 	done := runConsumer(t, ctx, c)
 	waitFor(t, "a job finishing, one in its lane and one waiting ahead", func() bool {
 		return finishing.Load() == 1 && inLane.Load() == 1 && waiting.Load() == 1
 	})
-	if n := c.LanesInUse(); n != 1 {
-		t.Fatalf("%d lanes in use with %d handlers running, want 1 (the job in its lane)", n, started.Load())
+	if o, want := c.Occupancy(), (Occupancy{Lanes: 1, Finishing: 1, Waiting: 1}); o != want {
+		t.Fatalf("occupancy %+v with %d handlers running, want %+v", o, started.Load(), want)
 	}
 	close(release)
-	waitFor(t, "every job done", func() bool { return started.Load() == 3 && finishing.Load() == 0 && inLane.Load() == 0 })
+	waitFor(t, "every job done", func() bool { return ended.Load() == 3 })
+	// The queue is empty: the consumer waits in its take, holding no job.
+	waitFor(t, "nothing on a lane, finishing or waiting", func() bool { return c.Occupancy() == Occupancy{} })
+	time.Sleep(300 * time.Millisecond) // a few empty takes (Wait is 100 ms)
+	if o := c.Occupancy(); o != (Occupancy{}) {
+		t.Fatalf("occupancy %+v while the queue is empty", o)
+	}
 	cancel()
 	if st := <-done; st.Done != 3 {
 		t.Fatalf("stats %+v, want 3 done", st)
 	}
-	if n := c.LanesInUse(); n != 0 {
-		t.Fatalf("%d lanes in use after Run", n)
+	if o := c.Occupancy(); o != (Occupancy{}) {
+		t.Fatalf("occupancy %+v after Run", o)
 	}
 }

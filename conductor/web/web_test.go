@@ -150,7 +150,7 @@ func (e *env) fill() {
 	must(t, e.store.FinishJob(ctx, taken[0].ID, "w1", bus.JobRelease, ""))
 	must(t, e.store.FinishJob(ctx, j.ID, "w1", bus.JobDead, "role <b>nobody</b> has no contract"))
 	ws := e.store.(bus.Workers)
-	must(t, ws.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "gpu1:4242:1", Host: "gpu1", PID: 4242, Queue: "embedded tasks", Concurrency: 4, InFlight: 3, TTL: time.Hour}))
+	must(t, ws.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "gpu1:4242:1", Host: "gpu1", PID: 4242, Queue: "embedded tasks", Concurrency: 4, InFlight: 3, Finishing: 2, Waiting: 1, TTL: time.Hour}))
 	must(t, ws.PutHeartbeat(ctx, bus.Heartbeat{Consumer: "gpu2:77:1", Host: "gpu2", PID: 77, Queue: "embedded tasks", Concurrency: 2, TTL: time.Second,
 		SeenAt: time.Now().Add(-10 * time.Minute)}))
 	got, err := e.store.(queue.SlotStore).TryAcquireSlot(ctx, "qwen-coder-mlx", "gpu1:4242:7:ab", 2, time.Hour)
@@ -773,7 +773,7 @@ func TestQueueFleet(t *testing.T) {
 	anon := e.client()
 	r := e.get(anon, "/queue")
 	wantIn(t, r, http.StatusOK, deadID, "r-deadjob", "role &lt;b&gt;nobody&lt;/b&gt; has no contract",
-		"gpu1</code> pid 4242", "3 / 4", "live", "gpu2</code> pid 77", "gone (silent)",
+		"gpu1</code> pid 4242", "3 / 4<br><small>2 finishing, 1 waiting</small>", "live", "gpu2</code> pid 77", "gone (silent)",
 		"qwen-coder-mlx", "1 / 2", "gpu1:4242:7:ab", "Log in</a> to retry")
 	if strings.Contains(r.body, `data-retry="`) {
 		t.Error("retry buttons shown without a login")
