@@ -1228,12 +1228,19 @@ func (r *runner) finish(ctx context.Context, status, msg string) (runrec.Result,
 		v := st.Tokens.Total
 		tok = &v
 	}
-	r.event(ctx, bus.EventRoleComplete, map[string]any{"harnessAlias": r.harness(), "modelAlias": res.ModelAlias, "outcome": res.Status,
-		"error": res.Error, "steps": res.Steps, "totalTokens": res.TotalTokens, "patchId": res.PatchID, "filesChanged": len(res.FilesChanged)})
+	r.event(ctx, bus.EventRoleComplete, RoleComplete(res))
 	r.ev.emit(Event{Event: "stop", Time: r.now(), RunID: st.RunID, Step: st.Step, Status: res.Status, Tokens: tok, Text: res.Error})
 	final := r.result
 	r.ev.emit(Event{Event: "result", Time: r.now(), RunID: st.RunID, Status: res.Status, Result: &final})
 	return r.result, nil
+}
+
+// RoleComplete is the metadata of a run's role_complete event, from its
+// record: what a run writes when it ends, and what a worker writes for a
+// run whose process was killed after its record and before the event.
+func RoleComplete(res runrec.Result) map[string]any {
+	return map[string]any{"harnessAlias": res.HarnessAlias, "modelAlias": res.ModelAlias, "outcome": res.Status,
+		"error": res.Error, "steps": res.Steps, "totalTokens": res.TotalTokens, "patchId": res.PatchID, "filesChanged": len(res.FilesChanged)}
 }
 
 func (r *runner) touchedPaths() []string {

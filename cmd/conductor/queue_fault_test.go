@@ -177,21 +177,34 @@ func (r *faultRig) logs() string {
 
 // finishedRunLines counts, per run id, the completion lines the workers
 // printed on stdout (one JSON object per completed run).
+//
+// A run whose worker was killed after recording its completion and before
+// reporting it is reported by the worker that gets the job again, marked
+// "redelivered": it counts once when no first report exists, so a run is
+// reported 1 time unless it was completed twice.
 func (r *faultRig) finishedRunLines() map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := map[string]int{}
+	n, again := map[string]int{}, map[string]bool{}
 	for _, w := range r.workers {
 		sc := bufio.NewScanner(strings.NewReader(w.out.String()))
 		for sc.Scan() {
 			var line struct {
-				RunID  string `json:"runId"`
-				Status string `json:"status"`
+				RunID       string `json:"runId"`
+				Status      string `json:"status"`
+				Redelivered bool   `json:"redelivered"`
 			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.RunID != "" && line.Status != "" {
+			switch {
+			case json.Unmarshal(sc.Bytes(), &line) != nil || line.RunID == "" || line.Status == "":
+			case line.Redelivered:
+				again[line.RunID] = true
+			default:
 				n[line.RunID]++
 			}
 		}
+	}
+	for id := range again {
+		n[id] = max(n[id], 1)
 	}
 	return n
 }
@@ -437,6 +450,70 @@ func TestEmbeddedQueueReclaimsKilledWorkersJobs(t *testing.T) {
 	defer st.Close()
 	if j, ok, err := st.TakeJob(context.Background(), "echodo:orchestrator:jobs", "probe", time.Nanosecond); err != nil || ok {
 		t.Errorf("a job is left in the queue: %+v %v", j, err)
+	}
+	if dead, err := st.DeadJobs(context.Background(), "echodo:orchestrator:jobs"); err != nil || len(dead) != 0 {
+		t.Errorf("dead letters %+v %v", dead, err)
+	}
+	if t.Failed() {
+		t.Log(r.logs())
+	}
+}
+
+// TestWorkerKilledAsItsRunEnds: the victim is killed as soon as its first
+// run's record is final, somewhere between the record and the report (its
+// worktree's release, its session state, its role_complete event, the
+// claim's completion, its line on stdout). The job comes back to another
+// worker, which finds the run ended: every run is still reported (a line
+// marked "redelivered" when the victim had completed the claim but not
+// reported it), has exactly one role_complete event, and every claim is
+// completed by its own run. Before, such a run was acknowledged without a
+// report, or without its role_complete event.
+func TestWorkerKilledAsItsRunEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process fault test")
+	}
+	const jobs = 6
+	r := newFaultRig(t, jobs)
+	runIDs := r.enqueueAll()
+	victim := r.startWorker()
+	for len(finishedRuns(t, r.home)) == 0 {
+		if victim.cmd.ProcessState != nil {
+			t.Fatalf("the victim exited\n%s", r.logs())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	victim.cmd.Wait()
+	r.startWorker()
+	r.startWorker()
+	waitCond(t, "every run reported", func() bool { return len(r.finishedRunLines()) == jobs }, r.logs)
+	r.stopWorkers()
+	for id, n := range r.finishedRunLines() {
+		if n != 1 {
+			t.Errorf("run %s completed %d times", id, n)
+		}
+	}
+	dataRoot := filepath.Join(r.home, "data")
+	checkStoreClosed(t, "", nil, runIDs, dataRoot)
+	st, err := bus.Open(context.Background(), bus.Options{DataRoot: dataRoot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, id := range runIDs {
+		evs, err := st.(bus.AgentStore).ListEvents(context.Background(), bus.EventFilter{RunID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Kind == bus.EventRoleComplete {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("run %s: %d role_complete events, want 1", id, n)
+		}
 	}
 	if dead, err := st.DeadJobs(context.Background(), "echodo:orchestrator:jobs"); err != nil || len(dead) != 0 {
 		t.Errorf("dead letters %+v %v", dead, err)

@@ -154,6 +154,7 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 	folder, ferr := dir.ReadResult()
 	if ferr == nil && runrec.Final(folder.Status) {
 		log.Info("run already ended; recording its completion", "status", folder.Status)
+		h.ensureRoleComplete(ctx, log, folder)
 		return h.complete(ctx, log, job, task, folder, nil)
 	}
 	prev, err := h.store.GetRun(ctx, job.RunID)
@@ -365,12 +366,20 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 		ModelAlias: res.ModelAlias, HarnessAlias: res.HarnessAlias, PromptTokens: res.PromptTokens,
 		CompletionTokens: res.CompletionTokens, TotalTokens: res.TotalTokens,
 	})
+	redelivered := false
 	switch {
 	case errors.Is(err, bus.ErrConflict):
-		// Completed already (a replay after the store came back, or a
-		// redelivery), or claimed by another run: nothing left to do.
-		log.Info("claim already closed; acknowledging", "detail", err)
-		return nil
+		// Completed already, or claimed by another run. Completed by this
+		// run (its process was killed between the completion and its
+		// report, or the store came back): the run is reported again,
+		// marked, so that no finished run goes unreported. Another run's
+		// claim: nothing left to do.
+		cl, cerr := h.store.GetClaim(ctx, task.ID)
+		if cerr != nil || cl.Claimant != job.RunID || cl.Completion == nil || cl.Completion.RunID != res.RunID {
+			log.Info("claim already closed; acknowledging", "detail", err)
+			return nil
+		}
+		redelivered = true
 	case errors.Is(err, bus.ErrNotFound):
 		log.Warn("run ended without a claim; acknowledging", "status", res.Status)
 		return nil
@@ -379,6 +388,15 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 	}
 	line := map[string]any{"runId": res.RunID, "taskId": res.TaskID, "status": res.Status, "steps": res.Steps,
 		"patchId": res.PatchID, "harnessAlias": res.HarnessAlias}
+	if redelivered {
+		line["redelivered"] = true
+		if h.o.Out != nil {
+			out, _ := json.Marshal(line)
+			fmt.Fprintln(h.o.Out, string(out))
+		}
+		log.Info("run finished; its completion was recorded before this delivery", "status", res.Status, "steps", res.Steps)
+		return nil
+	}
 	if h.opensPR(job, task) && res.Status == runrec.StatusSucceeded && res.PatchID != "" {
 		pr, err := h.o.Unattended.Run(ctx, h.store, res, int64(task.Issue))
 		if err != nil {
@@ -433,6 +451,30 @@ func (h *Handler) Dead(ctx context.Context, dl *queue.Delivery, cause error) err
 		return nil
 	}
 	return queue.Infra(err)
+}
+
+// ensureRoleComplete writes the role_complete event of a run that ended
+// when its process was killed between its record and the event, so that
+// every finished run has one; a run that wrote it is left alone. A store
+// that cannot answer costs a warning, as every event does.
+func (h *Handler) ensureRoleComplete(ctx context.Context, log *slog.Logger, res runrec.Result) {
+	a, ok := h.store.(bus.AgentStore)
+	if !ok {
+		return
+	}
+	evs, err := a.ListEvents(ctx, bus.EventFilter{RunID: res.RunID})
+	if err != nil {
+		log.Warn("lifecycle events not read", "err", err)
+		return
+	}
+	for _, e := range evs {
+		if e.Kind == bus.EventRoleComplete {
+			return
+		}
+	}
+	if err := bus.Emit(context.WithoutCancel(ctx), h.store, bus.EventRoleComplete, res.RunID, res.TaskID, "conductor", runtask.RoleComplete(res)); err != nil {
+		log.Warn("lifecycle event not recorded", "kind", bus.EventRoleComplete, "err", err)
+	}
 }
 
 func (h *Handler) emit(ctx context.Context, log *slog.Logger, kind, runID, taskID string, md map[string]any) {
