@@ -375,6 +375,9 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 		// marked, so that no finished run goes unreported. Another run's
 		// claim: nothing left to do.
 		cl, cerr := h.store.GetClaim(ctx, task.ID)
+		if cerr != nil && !errors.Is(cerr, bus.ErrNotFound) {
+			return queue.Infra(cerr)
+		}
 		if cerr != nil || cl.Claimant != job.RunID || cl.Completion == nil || cl.Completion.RunID != res.RunID {
 			log.Info("claim already closed; acknowledging", "detail", err)
 			return nil
@@ -390,10 +393,7 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 		"patchId": res.PatchID, "harnessAlias": res.HarnessAlias}
 	if redelivered {
 		line["redelivered"] = true
-		if h.o.Out != nil {
-			out, _ := json.Marshal(line)
-			fmt.Fprintln(h.o.Out, string(out))
-		}
+		h.report(line)
 		log.Info("run finished; its completion was recorded before this delivery", "status", res.Status, "steps", res.Steps)
 		return nil
 	}
@@ -408,12 +408,17 @@ func (h *Handler) complete(ctx context.Context, log *slog.Logger, job queue.Job,
 			line["pr"] = pr
 		}
 	}
+	h.report(line)
+	log.Info("run finished", "status", res.Status, "steps", res.Steps)
+	return nil
+}
+
+// report prints a finished run's line on the worker's output.
+func (h *Handler) report(line map[string]any) {
 	if h.o.Out != nil {
 		out, _ := json.Marshal(line)
 		fmt.Fprintln(h.o.Out, string(out))
 	}
-	log.Info("run finished", "status", res.Status, "steps", res.Steps)
-	return nil
 }
 
 // opensPR reports whether a succeeded run of the job takes the unattended
