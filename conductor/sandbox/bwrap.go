@@ -96,10 +96,29 @@ type sandboxInfo struct {
 	UserNS   uint64 `json:"user-namespace"`
 }
 
-// Run runs spec in a fresh sandbox.
+// Run runs spec in a fresh sandbox. A sandbox the kernel could not make
+// for a moment (EAGAIN creating its namespaces, e.g. while the processes
+// of a fork bomb killed just before are still being torn down) is made
+// again, after 50, 100, 200 and 400 ms: nothing ran in it.
 func (b *bwrapBackend) Run(ctx context.Context, spec Spec) (Result, error) {
-	res, _, err := b.run(ctx, spec)
-	return res, err
+	for wait := 50 * time.Millisecond; ; wait *= 2 {
+		res, info, err := b.run(ctx, spec)
+		if err == nil || info.ChildPID != 0 || wait > 400*time.Millisecond || !transientSetup(err) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return res, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// transientSetup reports a sandbox that bwrap could not set up because
+// the kernel was out of a resource for the moment (EAGAIN).
+func transientSetup(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "could not set up the sandbox") && strings.Contains(msg, "Resource temporarily unavailable")
 }
 
 func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo, error) {

@@ -890,3 +890,37 @@ func TestBwrapKillBeforeTheSandboxReports(t *testing.T) {
 		})
 	}
 }
+
+// A sandbox bwrap could not set up for a moment (EAGAIN creating its
+// namespaces, as right after a killed fork bomb) is made again: the command
+// runs once, in the second sandbox.
+func TestBwrapRetriesTransientSetupFailure(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := worktree(t)                           // bwrap runs as the sandbox's user: it must reach
+	if err := os.Chmod(dir, 0o777); err != nil { // and remove the marker
+		t.Fatal(err)
+	}
+	failNext := filepath.Join(dir, "fail-next")
+	fake := filepath.Join(dir, "bwrap")
+	script := fmt.Sprintf("#!/bin/sh\nif [ -e %q ]; then rm -f %q; echo 'bwrap: Creating new namespace failed: Resource temporarily unavailable' >&2; exit 1; fi\nexec %q \"$@\"\n", failNext, failNext, real)
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sb := bwrapBox(t, func(o *Options) { o.BwrapPath = fake })
+	if err := os.WriteFile(failNext, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sb.Run(context.Background(), Spec{Dir: worktree(t), Argv: []string{"echo", "ran"}, Env: []string{testPath}, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatalf("the transient setup failure was not retried: %v", err)
+	}
+	if res.ExitCode != 0 || string(res.Output) != "ran\n" {
+		t.Fatalf("exit %d, output %q; want the command run once", res.ExitCode, res.Output)
+	}
+	if _, err := os.Stat(failNext); err == nil {
+		t.Fatal("the fake bwrap was never asked")
+	}
+}
