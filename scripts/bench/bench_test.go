@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"math"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
 
 // The driver's own measuring code: a bench that mismeasures is worse than
@@ -100,5 +103,26 @@ func TestGenerate(t *testing.T) {
 	diff, err := b.git(b.repo, "--git-dir="+b.gitDir, "diff", "--stat", b.base, "big")
 	if err != nil || !strings.Contains(diff, "500 files changed") {
 		t.Fatalf("big edits every file: %q %v", tail(diff, 80), err)
+	}
+}
+
+// The queue row's model time counts answered chat completions only, from
+// arrival to the end of the answer.
+func TestModelOwnTime(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	got := modelOwnTime([]fakellm.RecordedRequest{
+		{Path: "/v1/chat/completions", Status: 200, Start: ms(0), End: ms(50)},
+		{Path: "/v1/chat/completions/", Status: 200, Start: ms(10), End: ms(62)},
+		{Path: "/v1/chat/completions", Status: 200, Start: ms(20), End: ms(74)},
+		{Path: "/v1/chat/completions", Status: 429, Start: ms(0), End: ms(1)}, // not answered
+		{Path: "/v1/models", Status: 200, Start: ms(0), End: ms(500)},         // not a call
+		{Path: "/v1/chat/completions", Status: 200, Start: ms(0)},             // still answering
+	})
+	if got.n != 3 || math.Abs(got.mean-0.052) > 1e-9 || got.p50 != 0.052 || got.p99 != 0.054 {
+		t.Fatalf("modelOwnTime = %+v; want 3 calls, mean and p50 52 ms, p99 54 ms", got)
+	}
+	if (modelOwnTime(nil) != ownTime{}) {
+		t.Fatal("no calls: want the zero ownTime")
 	}
 }
