@@ -100,41 +100,57 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 			writeFile(t, filepath.Join(gen, manifestName), string(b), 0o644)
 		}, "warm it again"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			base := worktree(t)
-			root := filepath.Join(base, "warm")
-			var warn bytes.Buffer
-			sb := bwrapBox(t, func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, &warn })
-			gen := fakeGen(t, root, sb.warm.id)
-			if c.spoil != nil {
-				c.spoil(t, root, gen)
-			}
-			tree := filepath.Join(base, "tree")
-			writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/cold\n\ngo 1.22\n", 0o644)
-			host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
-			getenv := func(k string) string { return host[k] }
-			// A gate that waits on the cache folder (a pipe's open) never
-			// returns: the test binary's own timeout names it.
-			g := warmGate(t, sb, tree, getenv, "go", "env", "GOCACHE", "GOMODCACHE")
-			if g.err != nil || g.res.ExitCode != 0 {
-				t.Fatalf("the gate failed because of the cache (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
-			}
-			lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
-			if c.warn == "" {
-				if warn.Len() > 0 {
-					t.Fatalf("warnings with a good cache: %s", warn.String())
-				}
-				if !strings.Contains(g.out, warmDirName) {
-					t.Fatalf("a good generation was not used; the gate's caches:\n%s", g.out)
-				}
-				return
-			}
-			if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], c.warn) {
-				t.Fatalf("want one warning line saying %q; got:\n%s", c.warn, warn.String())
-			}
-			if strings.Contains(g.out, warmDirName) || strings.Contains(g.out, root) {
-				t.Fatalf("the gate ran with the broken warm cache:\n%s", g.out)
-			}
-		})
+		for _, backend := range []string{BackendBwrap, BackendDocker} {
+			t.Run(backend+"/"+c.name, func(t *testing.T) {
+				badCacheGate(t, backend, c.spoil, c.warn)
+			})
+		}
+	}
+}
+
+// badCacheGate runs one case of TestWarmCacheBadFolderRunsCold on backend.
+func badCacheGate(t *testing.T, backend string, spoil func(t *testing.T, root, gen string), want string) {
+	base := worktree(t)
+	root := filepath.Join(base, "warm")
+	var warn bytes.Buffer
+	mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, &warn }
+	var sb Sandbox
+	var id identity
+	if backend == BackendBwrap {
+		b := bwrapBox(t, mod)
+		sb, id = b, b.warm.id
+	} else {
+		d := dockerBox(t, mod)
+		sb, id = d, d.warm.id
+	}
+	gen := fakeGen(t, root, id)
+	if spoil != nil {
+		spoil(t, root, gen)
+	}
+	tree := filepath.Join(base, "tree")
+	writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/cold\n\ngo 1.22\n", 0o644)
+	host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
+	getenv := func(k string) string { return host[k] }
+	// A gate that waits on the cache folder (a pipe's open) never
+	// returns: the test binary's own timeout names it.
+	g := warmGate(t, sb, tree, getenv, "go", "env", "GOCACHE", "GOMODCACHE")
+	if g.err != nil || g.res.ExitCode != 0 {
+		t.Fatalf("the gate failed because of the cache (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
+	}
+	lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
+	if want == "" {
+		if warn.Len() > 0 {
+			t.Fatalf("warnings with a good cache: %s", warn.String())
+		}
+		if !strings.Contains(g.out, warmDirName) {
+			t.Fatalf("a good generation was not used; the gate's caches:\n%s", g.out)
+		}
+		return
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], want) {
+		t.Fatalf("want one warning line saying %q; got:\n%s", want, warn.String())
+	}
+	if strings.Contains(g.out, warmDirName) || strings.Contains(g.out, root) {
+		t.Fatalf("the gate ran with the broken warm cache:\n%s", g.out)
 	}
 }
