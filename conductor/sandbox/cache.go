@@ -127,16 +127,17 @@ func openGen(root string, id identity) (*warmGen, error) {
 		return nil, fmt.Errorf("%s/current points at %q, not a generation: corrupted", root, target)
 	}
 	dir := filepath.Join(root, target)
+	mpath := filepath.Join(dir, manifestName)
 	// Opened without blocking and checked to be a file: a named pipe in
 	// its place would otherwise hold the gate until something wrote to it.
-	f, err := os.OpenFile(filepath.Join(dir, manifestName), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(mpath, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
 		f.Close()
 		if err == nil {
-			err = fmt.Errorf("%s is not a file (%s): corrupted", filepath.Join(dir, manifestName), fi.Mode().Type())
+			err = fmt.Errorf("%s is not a file (%s): corrupted", mpath, fi.Mode().Type())
 		}
 		return nil, err
 	}
@@ -148,7 +149,7 @@ func openGen(root string, id identity) (*warmGen, error) {
 	var m manifest
 	if err := json.NewDecoder(f).Decode(&m); err != nil {
 		g.release()
-		return nil, fmt.Errorf("%s: %v: corrupted", filepath.Join(dir, manifestName), err)
+		return nil, fmt.Errorf("%s: %v: corrupted", mpath, err)
 	}
 	if m.UID != id.uid || m.GID != id.gid {
 		g.release()

@@ -126,3 +126,15 @@ func TestModelOwnTime(t *testing.T) {
 		t.Fatal("no calls: want the zero ownTime")
 	}
 }
+
+func TestPercentile(t *testing.T) {
+	s := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+	for _, c := range []struct{ p, want float64 }{{0.5, 5}, {0.9, 9}, {0.99, 10}, {1, 10}, {0.01, 1}} {
+		if got := percentile(s, c.p); got != c.want {
+			t.Errorf("percentile(1..10, %v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	if got := percentile([]float64{7}, 0.5); got != 7 {
+		t.Errorf("percentile([7], 0.5) = %v", got)
+	}
+}

@@ -492,21 +492,20 @@ func (b *bench) rowQueue() error {
 		time.Sleep(time.Duration(20+(i*37)%80) * time.Millisecond)
 	}
 	sort.Float64s(lat)
-	pct := func(p float64) float64 { return lat[min(len(lat)-1, int(math.Ceil(p*float64(len(lat))))-1)] }
 	am, _, _ := stats(alone)
 	med, lo, hi := stats(ratios)
 	tm, tlo, thi := stats(secs(took))
 	jobsPerSec := float64(b.sz.queueJobs) / tm
 	ownCell := "the fake's own time per call could not be read"
 	if own.n > 0 {
-		atOwn := float64(int(math.Ceil(float64(b.sz.queueJobs)/workers))*calls) * own.mean / tm
+		atOwn := ideal.Seconds() * own.mean / latency.Seconds() / tm // the ideal at the fake's own time
 		ownCell = fmt.Sprintf("the fake model's own time per call in the bursts, arrival to the end of its answer: mean %s, p50 %s, p99 %s over %d calls (the ideal counts 50 ms); at that time the ratio is %.2f×",
 			fmtDur(own.mean), fmtDur(own.p50), fmtDur(own.p99), own.n, atOwn)
 	}
 	b.rows = append(b.rows, row{
 		name: fmt.Sprintf("queue: %d concurrent workers, model 50 ms per call, %d jobs × %d calls", workers, b.sz.queueJobs, calls),
 		oursCell: fmt.Sprintf("%s (%s–%s) per burst, %.1f jobs/s; enqueue→start p50 %s, p99 %s%s", fmtDur(tm), fmtDur(tlo), fmtDur(thi), jobsPerSec,
-			fmtDur(pct(0.50)), fmtDur(pct(0.99)), cpuCell),
+			fmtDur(percentile(lat, 0.50)), fmtDur(percentile(lat, 0.99)), cpuCell),
 		floorCell: fmt.Sprintf("ideal %s per burst, %.1f jobs/s", fmtDur(ideal.Seconds()), float64(b.sz.queueJobs)/ideal.Seconds()),
 		ratioCell: fmt.Sprintf("**%.2f×** ideal (%.2f–%.2f)", med, lo, hi),
 		goal:      "≥ 0.90× ideal",
@@ -541,6 +540,5 @@ func modelOwnTime(reqs []fakellm.RecordedRequest) ownTime {
 	for _, v := range d {
 		sum += v
 	}
-	at := func(p float64) float64 { return d[min(len(d)-1, int(math.Ceil(p*float64(len(d))))-1)] }
-	return ownTime{n: len(d), mean: sum / float64(len(d)), p50: at(0.50), p99: at(0.99)}
+	return ownTime{n: len(d), mean: sum / float64(len(d)), p50: percentile(d, 0.50), p99: percentile(d, 0.99)}
 }

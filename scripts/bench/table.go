@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -267,6 +268,12 @@ func stats(xs []float64) (med, lo, hi float64) {
 		med = (s[n/2-1] + s[n/2]) / 2
 	}
 	return med, s[0], s[n-1]
+}
+
+// percentile is the nearest-rank p-th value (0 < p ≤ 1) of sorted, which
+// must not be empty.
+func percentile(sorted []float64, p float64) float64 {
+	return sorted[max(0, min(len(sorted)-1, int(math.Ceil(p*float64(len(sorted))))-1))]
 }
 
 func secs(ds []time.Duration) []float64 {
