@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,14 +12,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 )
 
 // Warm Go caches (issue 23).
@@ -86,8 +91,9 @@ func goCacheDir(v string) string {
 }
 
 // manifest is a generation's record: written last, so a generation without
-// one is unfinished. Files and Bytes are checked against the folder before
-// each use (a truncated or half-removed cache is not used).
+// one is unfinished. Files, Bytes and Digest are checked against the
+// folder before each use (openGen): a cache cut short, half removed or
+// changed in place, even at the same size, is not used.
 type manifest struct {
 	Created   time.Time `json:"created"`
 	UID       int       `json:"uid"`
@@ -96,13 +102,15 @@ type manifest struct {
 	Trees     []string  `json:"trees"` // what was warmed into it, latest last
 	Files     int64     `json:"files"`
 	Bytes     int64     `json:"bytes"`
+	Digest    string    `json:"digest"` // genList.digest: every file's path, size and content
 }
 
 // warmGen is an open, verified generation, locked (shared) against removal
 // until release.
 type warmGen struct {
-	dir  string
-	lock *os.File
+	dir          string
+	lock         *os.File
+	files, bytes int64
 }
 
 func (g *warmGen) gocache() string    { return filepath.Join(g.dir, "gocache") }
@@ -114,8 +122,10 @@ func (g *warmGen) release() {
 }
 
 // openGen opens the current generation of the warm cache in root for the
-// sandbox identity id.
-func openGen(root string, id identity) (*warmGen, error) {
+// sandbox identity id, after checking it against its manifest: its
+// content is hashed unless trustStamp and its stamp says nothing was
+// written since it last matched.
+func openGen(root string, id identity, trustStamp bool) (*warmGen, error) {
 	target, err := os.Readlink(filepath.Join(root, "current"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -128,17 +138,8 @@ func openGen(root string, id identity) (*warmGen, error) {
 	}
 	dir := filepath.Join(root, target)
 	mpath := filepath.Join(dir, manifestName)
-	// Opened without blocking and checked to be a file: a named pipe in
-	// its place would otherwise hold the gate until something wrote to it.
-	f, err := os.OpenFile(mpath, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := openRegular(mpath)
 	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = fmt.Errorf("%s is not a file (%s): corrupted", mpath, fi.Mode().Type())
-		}
 		return nil, err
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
@@ -155,40 +156,182 @@ func openGen(root string, id identity) (*warmGen, error) {
 		g.release()
 		return nil, fmt.Errorf("%s was warmed for uid %d:%d, the sandbox runs as %d:%d: warm it again", dir, m.UID, m.GID, id.uid, id.gid)
 	}
-	files, bytes, err := countTree(g.gocache(), g.gomodcache())
+	if m.Digest == "" {
+		g.release()
+		return nil, fmt.Errorf("%s has no content digest in its manifest (warmed by an older conductor): warm it again", dir)
+	}
+	l, err := listGen(dir)
 	if err != nil {
 		g.release()
 		return nil, err
 	}
-	if files != m.Files || bytes != m.Bytes {
+	if l.files != m.Files || l.bytes != m.Bytes {
 		g.release()
-		return nil, fmt.Errorf("%s holds %d files (%d bytes), its manifest says %d (%d bytes): corrupted", dir, files, bytes, m.Files, m.Bytes)
+		return nil, fmt.Errorf("%s holds %d files (%d bytes), its manifest says %d (%d bytes): corrupted", dir, l.files, l.bytes, m.Files, m.Bytes)
+	}
+	g.files, g.bytes = l.files, l.bytes
+	stamp := filepath.Join(dir, stampName)
+	if trustStamp && readStamp(stamp) == l.stamp {
+		return g, nil
+	}
+	digest, err := l.digest()
+	if err != nil {
+		g.release()
+		return nil, err
+	}
+	if digest != m.Digest {
+		g.release()
+		return nil, fmt.Errorf("%s: the content of its files is not what its manifest says: corrupted", dir)
+	}
+	if l.settled {
+		_ = runrec.WriteFileAtomic(stamp, []byte(l.stamp), 0o600)
 	}
 	return g, nil
 }
 
-// countTree counts the regular files under dirs and their bytes.
-func countTree(dirs ...string) (files, bytes int64, err error) {
-	for _, d := range dirs {
-		err = filepath.WalkDir(d, func(p string, e fs.DirEntry, err error) error {
+// openRegular opens path for reading without blocking and checks that it
+// is a regular file: a named pipe in a file's place would otherwise hold
+// the gate until something wrote to it.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a file (%s): corrupted", path, fi.Mode().Type())
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
+// readStamp is the generation's recorded stamp ("" when there is none).
+func readStamp(path string) string {
+	f, err := openRegular(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 128))
+	return string(b)
+}
+
+// genList is a generation's two caches as listed: their regular files
+// (path relative to the generation, size) and a stamp of their metadata.
+type genList struct {
+	dir          string
+	rel          []string
+	files, bytes int64
+	// stamp hashes each file's path, size, inode and change times. Every
+	// write to a file through the file system moves its ctime, which no
+	// program can set back: a generation whose stamp is the one recorded
+	// after its content last matched its manifest has not been written to
+	// since (media rot below the file system is that file system's to
+	// catch).
+	stamp string
+	// settled: every file's ctime is over stampSettle old, older than any
+	// later write can record (ctimes come from a coarse clock); only then
+	// is the stamp recorded.
+	settled bool
+}
+
+const (
+	stampName   = "verified" // beside the caches, never in them
+	stampSettle = 2 * time.Second
+)
+
+// listGen lists the regular files of the generation in dir (one lstat
+// each, no content read).
+func listGen(dir string) (genList, error) {
+	l := genList{dir: dir, settled: true}
+	h := sha256.New()
+	settle := time.Now().Add(-stampSettle)
+	for _, d := range []string{"gocache", "gomodcache"} {
+		err := filepath.WalkDir(filepath.Join(dir, d), func(p string, e fs.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			fi, err := e.Info()
 			if err != nil {
 				return err
 			}
-			if e.Type().IsRegular() {
-				fi, err := e.Info()
-				if err != nil {
-					return err
-				}
-				files++
-				bytes += fi.Size()
+			rel, _ := filepath.Rel(dir, p)
+			l.rel = append(l.rel, rel)
+			l.files, l.bytes = l.files+1, l.bytes+fi.Size()
+			st, _ := fi.Sys().(*syscall.Stat_t)
+			if st == nil {
+				return fmt.Errorf("%s: no inode information", p)
 			}
+			ctime := time.Unix(st.Ctim.Unix())
+			if !ctime.Before(settle) {
+				l.settled = false
+			}
+			fmt.Fprintf(h, "%s\x00%d\x00%d:%d\x00%d\x00%d\n", rel, fi.Size(), st.Dev, st.Ino, fi.ModTime().UnixNano(), ctime.UnixNano())
 			return nil
 		})
 		if err != nil {
-			return 0, 0, err
+			return genList{}, err
 		}
 	}
-	return files, bytes, nil
+	l.stamp = hex.EncodeToString(h.Sum(nil))
+	return l, nil
+}
+
+// digest hashes the listed files' content: sha256 over each file's path,
+// size and sha256, in order. A file gone, added, cut short or changed in
+// place (even at the same size, which Go's build cache does not notice: it
+// checks an object's size, then compiles against it) changes it. The
+// files are hashed on every core. Only regular files are opened, without
+// blocking; one that cannot be read is an error.
+func (l genList) digest() (string, error) {
+	type sum struct {
+		size int64
+		sum  [sha256.Size]byte
+	}
+	sums := make([]sum, len(l.rel))
+	var next atomic.Int64
+	errs := make([]error, min(runtime.GOMAXPROCS(0), len(l.rel)))
+	var wg sync.WaitGroup
+	for w := range errs {
+		wg.Go(func() {
+			buf := make([]byte, 128<<10)
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(l.rel) || errs[w] != nil {
+					return
+				}
+				sums[i].size, sums[i].sum, errs[w] = hashFile(filepath.Join(l.dir, l.rel[i]), buf)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	for i, rel := range l.rel {
+		fmt.Fprintf(h, "%s\x00%d\x00%x\n", rel, sums[i].size, sums[i].sum)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashFile returns the size and sha256 of the regular file at path.
+func hashFile(path string, buf []byte) (int64, [sha256.Size]byte, error) {
+	var sum [sha256.Size]byte
+	f, err := openRegular(path)
+	if err != nil {
+		return 0, sum, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, f, buf)
+	if err != nil {
+		return 0, sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return n, sum, nil
 }
 
 // layerMode is how a scratch folder gets its writable layer over a
@@ -406,7 +549,7 @@ func unmountUnder(dir string) {
 }
 
 func (w *warmer) prepare(scratch string, env [][2]string) (*warmLayer, error) {
-	g, err := openGen(w.root, w.id)
+	g, err := openGen(w.root, w.id, true)
 	if err != nil {
 		return nil, err
 	}
@@ -618,7 +761,10 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	tmp := gen + ".tmp"
 	_ = removeTree(tmp)
 	var prev manifest
-	if cur, err := openGen(root, id); err == nil {
+	// The generation cloned is hashed in full, stamp or not: a warming
+	// never builds on (and blesses with a new digest) content that rotted
+	// under its stamp.
+	if cur, err := openGen(root, id, false); err == nil {
 		if b, err := os.ReadFile(filepath.Join(cur.dir, manifestName)); err == nil {
 			_ = json.Unmarshal(b, &prev)
 		}
@@ -676,6 +822,10 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		_ = removeTree(tmp)
 		return res, ctx.Err()
 	}
+	// The last go command runs before its HOME goes: it would make
+	// tmp/home again (go's telemetry files), after tmp became the
+	// generation, as a stray gen-N.tmp folder.
+	gover := goVersion(env)
 	_ = removeTree(filepath.Join(tmp, "home"))
 	// Go may have left its own temporary files: only the two caches stay.
 	if id.drop {
@@ -684,13 +834,19 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 			return res, fmt.Errorf("warm Go cache: %w", err)
 		}
 	}
-	files, bytes, err := countTree(filepath.Join(tmp, "gocache"), filepath.Join(tmp, "gomodcache"))
+	l, err := listGen(tmp)
 	if err != nil {
 		_ = removeTree(tmp)
 		return res, fmt.Errorf("warm Go cache: %w", err)
 	}
-	m := manifest{Created: time.Now().UTC(), UID: id.uid, GID: id.gid, GoVersion: goVersion(env),
-		Trees: append(lastN(prev.Trees, 19), o.Label), Files: files, Bytes: bytes}
+	digest, err := l.digest()
+	if err != nil {
+		_ = removeTree(tmp)
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	files, bytes := l.files, l.bytes
+	m := manifest{Created: time.Now().UTC(), UID: id.uid, GID: id.gid, GoVersion: gover,
+		Trees: append(lastN(prev.Trees, 19), o.Label), Files: files, Bytes: bytes, Digest: digest}
 	b, _ := json.MarshalIndent(m, "", "  ")
 	if err := writeFileSync(filepath.Join(tmp, manifestName), append(b, '\n')); err != nil {
 		_ = removeTree(tmp)
@@ -715,7 +871,9 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	return res, nil
 }
 
-// pruneGens removes the generations other than keep that no command holds.
+// pruneGens removes the generations other than keep that no command holds,
+// and every unfinished one (gen-N.tmp: the caller holds the warming lock,
+// so each is a crashed warming's).
 func pruneGens(root, keep string) []string {
 	ents, _ := os.ReadDir(root)
 	var removed []string
@@ -725,10 +883,9 @@ func pruneGens(root, keep string) []string {
 			continue
 		}
 		dir := filepath.Join(root, n)
-		if strings.HasSuffix(n, ".tmp") {
-			continue // another warming's, or a crashed one's: the next warming under the lock removes its own
-		}
-		f, err := os.Open(filepath.Join(dir, manifestName))
+		// Without blocking: a named pipe in the manifest's place would hold
+		// the warming.
+		f, err := os.OpenFile(filepath.Join(dir, manifestName), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 		if err == nil {
 			if syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
 				f.Close()
@@ -747,9 +904,13 @@ func pruneGens(root, keep string) []string {
 }
 
 // linkTree clones src into dst with hard links (the generations are
-// written by trusted warming only; Go replaces an entry it rewrites with
-// the same content).
+// written by trusted warming only; Go writes a cache entry once and
+// replaces one it rewrites by rename). The build cache's own top-level
+// files (trim.txt, which Go rewrites in place once a day, README) are
+// copied: written through a link they would change src, a generation
+// gates may still be using.
 func linkTree(src, dst string) error {
+	topLevel := filepath.Join(src, "gocache")
 	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -765,11 +926,35 @@ func linkTree(src, dst string) error {
 				return err
 			}
 			return os.Symlink(l, t)
+		case e.Type().IsRegular() && filepath.Dir(p) == topLevel:
+			return copyFile(p, t)
 		case e.Type().IsRegular():
 			return os.Link(p, t)
 		}
 		return nil
 	})
+}
+
+// copyFile copies the regular file src to dst (new), with its mode.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // hostModuleProxy is GOPROXY for warming: the host's module cache as a file
@@ -873,14 +1058,14 @@ func ProbeWarm(o Options, backend string) WarmReport {
 	if mode == layerOverlay {
 		r.Mode = "overlay"
 	}
-	g, err := openGen(o.GoCache, id)
+	g, err := openGen(o.GoCache, id, true)
 	if err != nil {
 		r.Detail = "not usable, gates compile from a cold cache: " + err.Error()
 		return r
 	}
 	defer g.release()
 	r.Current = g.dir
-	r.Files, r.Bytes, _ = countTree(g.gocache(), g.gomodcache())
+	r.Files, r.Bytes = g.files, g.bytes
 	r.Works = true
 	r.Detail = g.dir + ": "
 	if why != "" {

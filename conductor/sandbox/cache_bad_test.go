@@ -2,8 +2,10 @@ package sandbox
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,12 +24,14 @@ func fakeGen(t *testing.T, root string, id identity) string {
 		"gocache/ab/ab12-d":               "an object\n",
 		"gomodcache/cache/download/x.txt": "a download\n",
 	}
-	var n, size int64
 	for p, body := range files {
 		writeFile(t, filepath.Join(gen, p), body, 0o644)
-		n, size = n+1, size+int64(len(body))
 	}
-	m, err := json.Marshal(manifest{Created: time.Now(), UID: id.uid, GID: id.gid, GoVersion: "go-test", Files: n, Bytes: size})
+	l, digest := listDigest(t, gen)
+	if l.files != int64(len(files)) {
+		t.Fatalf("listGen counted %d files of %d", l.files, len(files))
+	}
+	m, err := json.Marshal(manifest{Created: time.Now(), UID: id.uid, GID: id.gid, GoVersion: "go-test", Files: l.files, Bytes: l.bytes, Digest: digest})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +42,33 @@ func fakeGen(t *testing.T, root string, id identity) string {
 	return gen
 }
 
+// listDigest lists gen and hashes its content.
+func listDigest(t *testing.T, gen string) (genList, string) {
+	t.Helper()
+	l, err := listGen(gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest, err := l.digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, digest
+}
+
+// editManifest rewrites gen's manifest through edit.
+func editManifest(t *testing.T, gen string, edit func(*manifest)) {
+	t.Helper()
+	var m manifest
+	b, _ := os.ReadFile(filepath.Join(gen, manifestName))
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(&m)
+	b, _ = json.Marshal(m)
+	writeFile(t, filepath.Join(gen, manifestName), string(b), 0o644)
+}
+
 // TestWarmCacheBadFolderRunsCold is issue 23's bad input: a warm cache
 // folder that is missing, unreadable or corrupted makes the gate run with
 // a cold cache after one warning line naming what is wrong; the gate
@@ -46,7 +77,7 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 	for _, c := range []struct {
 		name  string
 		spoil func(t *testing.T, root, gen string) // nil: the good generation
-		warn  string                               // what the one warning line says ("" for none)
+		warn  string                               // what the one warning line says ("" for none: the warm cache is used)
 	}{
 		{"good generation", nil, ""},
 		{"missing folder", func(t *testing.T, root, gen string) {
@@ -89,15 +120,19 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 		{"a file cut short", func(t *testing.T, root, gen string) {
 			writeFile(t, filepath.Join(gen, "gomodcache", "cache", "download", "x.txt"), "a", 0o644)
 		}, "corrupted"},
-		{"warmed for another uid", func(t *testing.T, root, gen string) {
-			var m manifest
-			b, _ := os.ReadFile(filepath.Join(gen, manifestName))
-			if err := json.Unmarshal(b, &m); err != nil {
+		{"a file's content changed, same size", func(t *testing.T, root, gen string) {
+			writeFile(t, filepath.Join(gen, "gocache", "ab", "ab12-d"), "an abject\n", 0o644)
+		}, "corrupted"},
+		{"the stamp a named pipe (ignored: the content is hashed)", func(t *testing.T, root, gen string) {
+			if err := syscall.Mkfifo(filepath.Join(gen, stampName), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			m.UID++
-			b, _ = json.Marshal(m)
-			writeFile(t, filepath.Join(gen, manifestName), string(b), 0o644)
+		}, ""},
+		{"a manifest from before content digests", func(t *testing.T, root, gen string) {
+			editManifest(t, gen, func(m *manifest) { m.Digest = "" })
+		}, "warm it again"},
+		{"warmed for another uid", func(t *testing.T, root, gen string) {
+			editManifest(t, gen, func(m *manifest) { m.UID++ })
 		}, "warm it again"},
 	} {
 		for _, backend := range []string{BackendBwrap, BackendDocker} {
@@ -152,5 +187,184 @@ func badCacheGate(t *testing.T, backend string, spoil func(t *testing.T, root, g
 	}
 	if strings.Contains(g.out, warmDirName) || strings.Contains(g.out, root) {
 		t.Fatalf("the gate ran with the broken warm cache:\n%s", g.out)
+	}
+}
+
+// TestWarmCloneKeepsTheOldGenerationIntact: a warming clones the current
+// generation with hard links, then runs go in the clone. Go rewrites the
+// build cache's own top-level files in place (trim.txt, once a day): were
+// they links, that would change the generation gates are still using, and
+// its content digest would call it corrupted. They are copied; the cache
+// entries (written once, replaced by rename) stay links.
+func TestWarmCloneKeepsTheOldGenerationIntact(t *testing.T) {
+	base := t.TempDir()
+	src, dst := filepath.Join(base, "gen-1"), filepath.Join(base, "gen-2")
+	writeFile(t, filepath.Join(src, "gocache", "trim.txt"), "1733456789", 0o644)
+	writeFile(t, filepath.Join(src, "gocache", "ab", "ab12-d"), "an object\n", 0o644)
+	writeFile(t, filepath.Join(src, "gomodcache", "cache", "download", "x.txt"), "a download\n", 0o644)
+	_, before := listDigest(t, src)
+	if err := linkTree(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	same := func(rel string) bool {
+		a, err := os.Stat(filepath.Join(src, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.Stat(filepath.Join(dst, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return os.SameFile(a, b)
+	}
+	if !same("gocache/ab/ab12-d") || !same("gomodcache/cache/download/x.txt") {
+		t.Error("cache entries were copied, not linked")
+	}
+	// What Go's Trim does: open with O_TRUNC and write the new time.
+	f, err := os.OpenFile(filepath.Join(dst, "gocache", "trim.txt"), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("1733543189")
+	f.Close()
+	if _, after := listDigest(t, src); after != before {
+		t.Fatal("rewriting the clone's trim.txt in place changed the generation it was cloned from")
+	}
+}
+
+// TestWarmGoLeavesNoLitter: a warming removes what crashed warmings left
+// (a half-made gen-N.tmp clone: each warming names its own, so nothing else
+// ever would) and old generations even when one's manifest is a named pipe
+// (it used to hold the warming for ever at the prune), and leaves nothing
+// of its own behind: its last go command (go version, for the manifest)
+// ran after the warming's HOME was removed and made it again, with go's
+// telemetry files, after the folder had become the generation: a stray
+// gen-N.tmp at every warming.
+func TestWarmGoLeavesNoLitter(t *testing.T) {
+	base := worktree(t)
+	root := filepath.Join(base, "warm")
+	writeFile(t, filepath.Join(root, genPrefix+"1.tmp", "gocache", "ab", "ab12-d"), "a crashed warming's\n", 0o644)
+	pipeGen := filepath.Join(root, genPrefix+"2")
+	if err := os.MkdirAll(pipeGen, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(pipeGen, manifestName), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tree := filepath.Join(base, "tree")
+	writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/litter\n\ngo 1.22\n", 0o644)
+	host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
+	var log bytes.Buffer
+	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return host[k] }, Sandbox: Options{GoCache: root}, Log: &log, Label: "litter"})
+	if err != nil {
+		t.Fatalf("warming: %v\n%s", err, log.String())
+	}
+	// Anything outliving a go command writes within moments; a slow
+	// machine can only make this check pass, never fail.
+	time.Sleep(2 * time.Second)
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	want := []string{"current", filepath.Base(res.Dir), "warm.lock"}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		out, _ := exec.Command("find", root, "-path", "*.tmp*").CombinedOutput()
+		t.Fatalf("the cache folder holds %v after warming, want %v\n%s", names, want, out)
+	}
+}
+
+// TestWarmCacheStampSeesLaterWrites: a generation's content is hashed
+// before use unless its stamp (every file's size, inode and change times,
+// recorded once its content matched the manifest) says nothing was written
+// since. A write after the stamp, even one that keeps the size and puts the
+// modification time back, is caught; a generation written moments ago is
+// not stamped (its change times may not move again within the clock's
+// tick).
+func TestWarmCacheStampSeesLaterWrites(t *testing.T) {
+	id := identity{uid: os.Getuid(), gid: os.Getgid()}
+	root := filepath.Join(t.TempDir(), "warm")
+	gen := fakeGen(t, root, id)
+	stamp := filepath.Join(gen, stampName)
+	open := func() error {
+		g, err := openGen(root, id, true)
+		if err == nil {
+			g.release()
+		}
+		return err
+	}
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(stamp) {
+		t.Fatal("a generation written moments ago was stamped")
+	}
+	time.Sleep(stampSettle + 100*time.Millisecond)
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(stamp) {
+		t.Fatal("a settled generation that matched its manifest was not stamped")
+	}
+	if err := open(); err != nil {
+		t.Fatalf("a stamped generation: %v", err)
+	}
+	// Same size, the modification time put back.
+	obj := filepath.Join(gen, "gocache", "ab", "ab12-d")
+	fi, err := os.Stat(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, obj, "an abject\n", 0o644)
+	if err := os.Chtimes(obj, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(); err == nil || !strings.Contains(err.Error(), "corrupted") {
+		t.Fatalf("a write after the stamp was not seen: %v", err)
+	}
+}
+
+// TestWarmGoHashesWhatItClones: rot below the file system keeps a file's
+// metadata, so a gate trusts the generation's stamp; a warming does not: it
+// hashes the generation it would clone in full and, when that no longer
+// matches, warms from empty instead of building on the rot and recording
+// it in a new digest.
+func TestWarmGoHashesWhatItClones(t *testing.T) {
+	base := worktree(t)
+	root := filepath.Join(base, "warm")
+	so := Options{GoCache: root}
+	id, err := so.identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := fakeGen(t, root, id)
+	writeFile(t, filepath.Join(gen, "gocache", "ab", "ab12-d"), "an abject\n", 0o644)
+	l, err := listGen(gen) // the stamp as if the rot had moved no ctime
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(gen, stampName), l.stamp, 0o600)
+	g, err := openGen(root, id, true)
+	if err != nil {
+		t.Fatalf("a gate does not trust the stamp: %v", err)
+	}
+	g.release()
+
+	tree := filepath.Join(base, "tree")
+	writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/rot\n\ngo 1.22\n", 0o644)
+	host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
+	var log bytes.Buffer
+	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return host[k] }, Sandbox: so, Log: &log, Label: "rot"})
+	if err != nil {
+		t.Fatalf("warming: %v\n%s", err, log.String())
+	}
+	if !strings.Contains(log.String(), "not reused") || !strings.Contains(log.String(), "corrupted") {
+		t.Errorf("the warming did not say why it started from empty:\n%s", log.String())
+	}
+	if exists(filepath.Join(res.Dir, "gocache", "ab", "ab12-d")) {
+		t.Fatal("the warming cloned the rotten generation")
 	}
 }

@@ -84,7 +84,9 @@ func TestPoison(t *testing.T) {
 `, hostCache), 0o644)
 }
 
-// treeSum hashes every path, mode and content under dir.
+// treeSum hashes every path, mode and content under dir (a generation),
+// but its verified stamp, which the conductor writes once a gate has
+// checked the generation's content.
 func treeSum(t *testing.T, dir string) string {
 	t.Helper()
 	h := sha256.New()
@@ -92,6 +94,9 @@ func treeSum(t *testing.T, dir string) string {
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
+		}
+		if p == filepath.Join(dir, stampName) {
+			return nil
 		}
 		paths = append(paths, p)
 		return nil
@@ -174,6 +179,73 @@ func TestWarmCacheIsolation(t *testing.T) {
 			testWarmCacheIsolation(t, sb, cacheDir, &warn)
 		})
 	}
+	// The warmed cache rots: a gate on a copy of it whose compiled objects
+	// were changed in place, at the same size, runs cold (Go's cache checks
+	// an object's size, then compiles against it: the gate used to fail).
+	t.Run("rotten lower layer", func(t *testing.T) {
+		if !exists(filepath.Join(cacheDir, "current")) {
+			t.Skip("no warmed cache (the subtests above failed)")
+		}
+		rotten := filepath.Join(t.TempDir(), "warm")
+		if out, err := exec.Command("cp", "-a", cacheDir, rotten).CombinedOutput(); err != nil {
+			t.Fatalf("cp: %v: %s", err, out)
+		}
+		if n := rot(t, filepath.Join(rotten, "current", "gocache")); n == 0 {
+			t.Fatal("no compiled object to spoil: the cache was not warm")
+		}
+		for _, backend := range []string{BackendBwrap, BackendDocker} {
+			t.Run(backend, func(t *testing.T) {
+				var warn bytes.Buffer
+				mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = rotten, true, &warn }
+				var sb Sandbox
+				if backend == BackendBwrap {
+					sb = bwrapBox(t, mod)
+				} else {
+					sb = dockerBox(t, mod)
+				}
+				base := worktree(t)
+				host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
+				g := warmGate(t, sb, copyModule(t, base, "tip", 2, 2, false, hostGoCache(t)), func(k string) string { return host[k] }, "go", "test", "-count=1", "./...")
+				if g.err != nil || g.res.ExitCode != 0 {
+					t.Fatalf("the gate failed because of the rotten cache (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
+				}
+				lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
+				if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], "corrupted") {
+					t.Fatalf("want one warning line naming the corrupted cache; got:\n%s", warn.String())
+				}
+			})
+		}
+	})
+}
+
+// rot overwrites 64 bytes in the middle of every compiled object over
+// 64 KiB under gocache, keeping each file's size; it returns how many.
+func rot(t *testing.T, gocache string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(gocache, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || !strings.HasSuffix(p, "-d") {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil || fi.Size() < 64<<10 {
+			return err
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 64), fi.Size()/2); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func testWarmCacheIsolation(t *testing.T, sb Sandbox, cacheDir string, warn *bytes.Buffer) {
