@@ -574,6 +574,10 @@ func (w *warmer) prepare(scratch string, env [][2]string) (*warmLayer, error) {
 		return nil, err
 	}
 	mode, _ := w.probeMode()
+	if err := layerRoom(base, mode, g.bytes); err != nil {
+		g.release()
+		return nil, err
+	}
 	var mounted []string
 	undo := func() {
 		for _, m := range mounted {
@@ -649,6 +653,31 @@ func (w *warmer) prepare(scratch string, env [][2]string) (*warmLayer, error) {
 	}
 	l.env = append(l.env, [2]string{"GOFLAGS", withTrimpath(goflags)})
 	return l, nil
+}
+
+// minLayerFree is the room a writable layer must have for a command's own
+// compiling (what the gate builds of the worker's change and what depends
+// on it).
+const minLayerFree = 128 << 20
+
+// layerRoom refuses a layer folder whose file system is (nearly) full: the
+// layer could be made, but the command's own cache writes would then fail
+// in it (ENOSPC; go reports "cannot find package") and fail the command
+// because of the cache. A copy needs the generation's bytes on top, unless
+// the folder already holds one.
+func layerRoom(base string, mode layerMode, genBytes int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(base, &st); err != nil {
+		return err
+	}
+	need := int64(minLayerFree)
+	if mode == layerCopy && !pathExists(filepath.Join(base, "gocache", "complete")) {
+		need += genBytes
+	}
+	if free := int64(st.Bavail) * st.Bsize; free < need {
+		return fmt.Errorf("%s has %s free, a layer needs %s: full", base, bytesize(free), bytesize(need))
+	}
+	return nil
 }
 
 // withTrimpath adds -trimpath to GOFLAGS: without it the build cache keys
@@ -1066,6 +1095,14 @@ func ProbeWarm(o Options, backend string) WarmReport {
 	defer g.release()
 	r.Current = g.dir
 	r.Files, r.Bytes = g.files, g.bytes
+	lr, err := w.layersRoot()
+	if err == nil {
+		err = layerRoom(lr, mode, g.bytes)
+	}
+	if err != nil {
+		r.Detail = "not usable, gates compile from a cold cache: " + err.Error()
+		return r
+	}
 	r.Works = true
 	r.Detail = g.dir + ": "
 	if why != "" {

@@ -368,3 +368,69 @@ func TestWarmGoHashesWhatItClones(t *testing.T) {
 		t.Fatal("the warming cloned the rotten generation")
 	}
 }
+
+// TestWarmCacheFullLayerFolderRunsCold is issue 23's "full": the folder a
+// gate's writable layer lives in ($TMPDIR/conductor-warm-UID) has a few
+// KiB left. The layer could be made, but the gate's own compiling then
+// failed in it (no space left on device): the gate failed because of the
+// cache. It now runs cold, in its scratch folder, after one warning.
+func TestWarmCacheFullLayerFolderRunsCold(t *testing.T) {
+	for _, backend := range []string{BackendBwrap, BackendDocker} {
+		t.Run(backend, func(t *testing.T) {
+			base := worktree(t)
+			tmp := filepath.Join(base, "small-tmp")
+			if err := os.Mkdir(tmp, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mount("tmpfs", tmp, "tmpfs", 0, "size=4m,mode=1777"); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("mount a small tmpfs (the test needs root): %v", err)
+				}
+				t.Skipf("cannot mount a small tmpfs here: %v", err)
+			}
+			t.Cleanup(func() { syscall.Unmount(tmp, syscall.MNT_DETACH) })
+			// Nearly full: 64 KiB left, enough for the layer's folders and
+			// files, not for compiling.
+			var st syscall.Statfs_t
+			if err := syscall.Statfs(tmp, &st); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, filepath.Join(tmp, "fill"), strings.Repeat("x", int(st.Bavail)*int(st.Bsize)-64<<10), 0o644)
+
+			root := filepath.Join(base, "warm")
+			var warn bytes.Buffer
+			mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, &warn }
+			var sb Sandbox
+			var id identity
+			if backend == BackendBwrap {
+				b := bwrapBox(t, mod)
+				sb, id = b, b.warm.id
+			} else {
+				d := dockerBox(t, mod)
+				sb, id = d, d.warm.id
+			}
+			gen := fakeGen(t, root, id)
+			if id.drop { // as warming leaves it: the sandbox uid's
+				if err := handOver(gen, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Setenv("TMPDIR", tmp) // where the layers go (the sandbox's test tool is built)
+			if r := ProbeWarm(Options{GoCache: root, GoCacheExplicit: true}, backend); r.Works || !strings.Contains(r.Detail, "full") {
+				t.Errorf("conductor doctor's probe does not say the layer folder is full: %+v", r)
+			}
+			tree := filepath.Join(base, "tree")
+			writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/full\n\ngo 1.22\n", 0o644)
+			writeFile(t, filepath.Join(tree, "main.go"), "package main\n\nfunc main() {}\n", 0o644)
+			host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
+			g := warmGate(t, sb, tree, func(k string) string { return host[k] }, "go", "build", "./...")
+			if g.err != nil || g.res.ExitCode != 0 {
+				t.Fatalf("the gate failed because of the full layer folder (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
+			}
+			lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], "full") {
+				t.Fatalf("want one warning line saying the layer folder is full; got:\n%s", warn.String())
+			}
+		})
+	}
+}
