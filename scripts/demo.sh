@@ -48,7 +48,7 @@ if ! "$bin" doctor >"$out/doctor.txt" 2>&1; then
   sandbox=none
 fi
 
-say "0. warm the Go caches the sandboxed commands start from: compiled from the landed tip only (trusted code), never from a worker's tree"
+say "0. warm the Go caches the sandboxed commands start from: the landed tip only (never a worker's tree), compiled in the sandbox"
 run "$bin" cache warm "$repo" >&2 || echo "(no warm cache here: every gate starts cold; conductor doctor says why)" >&2
 
 say "1. dispatch: the worker runs the task against a replayed model"

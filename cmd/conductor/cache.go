@@ -41,8 +41,8 @@ func newCacheCmd(d *deps) *cli.Command {
 }
 
 // cacheWarm warms the cache from REPO at ref: the tree exported from the
-// object store under the data root's scratch folder, compiled on the host
-// by sandbox.WarmGo (no code of the tree runs).
+// object store under the data root's scratch folder, compiled in the
+// sandbox by sandbox.WarmGo (no code of the tree runs).
 func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
 	o, err := sandbox.OptionsFromEnv(d.Getenv)
 	if err != nil {

@@ -33,11 +33,12 @@ import (
 // every gate from an empty cache recompiles the standard library and every
 // dependency. The warm cache gives them both:
 //
-//   - a read-only lower layer, warmed only by trusted code: WarmGo compiles
-//     (never runs) the landed target's tip with the conductor's own
-//     toolchain and fills the module cache from the host's module cache
-//     (checked against the tree's go.sum). Every warming makes a new
-//     generation (root/gen-N, a hard-linked clone of the previous one, then
+//   - a read-only lower layer, warmed only from the landed target's tip:
+//     WarmGo fills the module cache from the host's module cache (checked
+//     against the tree's go.sum) and compiles (never runs) the tree with
+//     the conductor's own toolchain, in the sandbox (compiling reads files:
+//     a cgo preamble can embed any file the compiler sees). Every warming
+//     makes a new generation (root/gen-N, a copy of the previous one, then
 //     warmed) and switches root/current to it atomically; a generation in
 //     use is never changed or removed.
 //   - a writable upper layer per scratch folder (one gate, or one run),
@@ -113,8 +114,6 @@ type warmGen struct {
 	files, bytes int64
 }
 
-func (g *warmGen) gocache() string    { return filepath.Join(g.dir, "gocache") }
-func (g *warmGen) gomodcache() string { return filepath.Join(g.dir, "gomodcache") }
 func (g *warmGen) release() {
 	if g != nil && g.lock != nil {
 		g.lock.Close() // drops the flock
@@ -443,7 +442,9 @@ func (w *warmer) layer(scratch string, env [][2]string, warn io.Writer) *warmLay
 // traverse (mode 0711) but not list or change, with one folder of a random
 // name per scratch folder. Never inside the scratch folder: a command
 // could swap a folder there for a link before the next mount.
-func (w *warmer) layersRoot() (string, error) {
+func (w *warmer) layersRoot() (string, error) { return layersRootDir() }
+
+func layersRootDir() (string, error) {
 	d := filepath.Join(os.TempDir(), "conductor-warm-"+strconv.Itoa(os.Geteuid()))
 	if err := os.Mkdir(d, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", err
@@ -470,22 +471,39 @@ func (w *warmer) layerDir(scratch string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	reapLayers(root)
-	d, err := os.MkdirTemp(root, "l-")
+	d, err := newOwnedDir(root, "l-", scratch)
 	if err != nil {
-		return "", err
-	}
-	if err := os.Chmod(d, 0o711); err != nil {
-		return "", err
-	}
-	owner := fmt.Sprintf("%d %s\n%s", os.Getpid(), procStart(os.Getpid()), scratch)
-	if err := os.WriteFile(filepath.Join(d, "owner"), []byte(owner), 0o600); err != nil {
 		return "", err
 	}
 	if w.dirs == nil {
 		w.dirs = map[string]string{}
 	}
 	w.dirs[scratch] = d
+	return d, nil
+}
+
+// newOwnedDir makes a folder of a random name in the layers root (after
+// reaping the dead ones), mode 0711, with an owner file naming this
+// process and the folder it serves ("": itself), which reapLayers reads: it
+// is removed once either is gone.
+func newOwnedDir(root, prefix, serves string) (string, error) {
+	reapLayers(root)
+	d, err := os.MkdirTemp(root, prefix)
+	if err != nil {
+		return "", err
+	}
+	if serves == "" {
+		serves = d
+	}
+	owner := fmt.Sprintf("%d %s\n%s", os.Getpid(), procStart(os.Getpid()), serves)
+	err = os.Chmod(d, 0o711)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(d, "owner"), []byte(owner), 0o600)
+	}
+	if err != nil {
+		_ = os.RemoveAll(d)
+		return "", err
+	}
 	return d, nil
 }
 
@@ -724,8 +742,12 @@ type WarmOptions struct {
 	Tree    string              // the trusted tree: the landed target's tip, exported
 	Getenv  func(string) string // the conductor's environment (GOFLAGS, CGO_ENABLED, PATH and the host module cache)
 	Sandbox Options             // the identity and the cache folder (GoCache)
-	Log     io.Writer           // progress and warnings (each go command's failure)
-	Label   string              // what Tree is, recorded in the manifest ("repo@commit")
+	// Box compiles the tree (nil: a new sandbox of Sandbox's options, bwrap
+	// or docker): the landed tree is a worker's code, never compiled on the
+	// host.
+	Box   Sandbox
+	Log   io.Writer // progress and warnings (each go command's failure)
+	Label string    // what Tree is, recorded in the manifest ("repo@commit")
 	// Timeout bounds each go command; 0: 20 minutes.
 	Timeout time.Duration
 }
@@ -740,13 +762,14 @@ type WarmResult struct {
 	Warnings []string      `json:"warnings,omitempty"` // go commands that failed (the cache is warm for what compiled)
 }
 
-// WarmGo warms a new generation of the warm Go cache from a trusted tree
-// and makes it current. It compiles and never runs: `go mod download`
-// (from the host's module cache only, as a file proxy; no network),
-// `go build ./...`, `go vet ./...` and `go test -exec=/bin/true ./...`
-// (test binaries are linked, never started; test results are not cached),
-// with the gate's Go settings (-trimpath, GOTOOLCHAIN=local, GOENV=off, a
-// fresh HOME). A go command that fails is a warning: what compiled is warm.
+// WarmGo warms a new generation of the warm Go cache from the landed tip
+// and makes it current. It compiles and never runs: `go mod download` on
+// the host (from the host's module cache only, as a file proxy; no
+// network, no version control), then in the sandbox `go build ./...`,
+// `go vet ./...` and `go test -exec=/bin/true ./...` (test binaries are
+// linked, never started; test results are not cached), with the gate's Go
+// settings (-trimpath, GOTOOLCHAIN=local, GOENV=off, a fresh HOME). A go
+// command that fails is a warning: what compiled is warm.
 func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	start := time.Now()
 	var res WarmResult
@@ -786,78 +809,126 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		return res, fmt.Errorf("warm Go cache: lock: %w", err)
 	}
 
+	box := o.Box
+	if box == nil {
+		b, err := NewWithOptions(BackendAuto, so)
+		if err != nil {
+			return res, fmt.Errorf("warm Go cache: the landed code is compiled in the sandbox: %w", err)
+		}
+		defer Close(b)
+		box = b
+	}
+	if box.Name() == BackendNone {
+		return res, errors.New("warm Go cache: the landed code is compiled in a sandbox, not with --sandbox none")
+	}
+
 	gen := filepath.Join(root, fmt.Sprintf("%s%d", genPrefix, time.Now().UnixNano()))
 	tmp := gen + ".tmp"
-	_ = removeTree(tmp)
+	// The stage is where go runs, in the sandbox: a copy of the current
+	// generation (never links into it) in a folder the sandbox uid can
+	// reach, copied back as the new generation when the compiling is done.
+	lroot, err := layersRootDir()
+	if err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	stage, err := newOwnedDir(lroot, "w-", "")
+	if err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	defer removeTree(stage)
 	var prev manifest
-	// The generation cloned is hashed in full, stamp or not: a warming
+	// The generation copied is hashed in full, stamp or not: a warming
 	// never builds on (and blesses with a new digest) content that rotted
 	// under its stamp.
 	if cur, err := openGen(root, id, false); err == nil {
 		if b, err := os.ReadFile(filepath.Join(cur.dir, manifestName)); err == nil {
 			_ = json.Unmarshal(b, &prev)
 		}
-		err = linkTree(cur.dir, tmp)
+		for _, c := range []string{"gocache", "gomodcache"} {
+			if err == nil {
+				err = copyTree(filepath.Join(cur.dir, c), filepath.Join(stage, c))
+			}
+		}
 		cur.release()
 		if err != nil {
-			_ = removeTree(tmp)
-			return res, fmt.Errorf("warm Go cache: clone %s: %w", cur.dir, err)
+			return res, fmt.Errorf("warm Go cache: copy %s: %w", cur.dir, err)
 		}
-		_ = os.Remove(filepath.Join(tmp, manifestName))
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		fmt.Fprintf(o.Log, "conductor: the current warm cache is not reused (%v): warming from empty\n", err)
 	}
-	for _, d := range []string{"gocache", "gomodcache", "home"} {
-		if err := os.MkdirAll(filepath.Join(tmp, d), 0o755); err != nil {
-			_ = removeTree(tmp)
+	for _, d := range []string{"gocache", "gomodcache", "home", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(stage, d), 0o755); err != nil {
 			return res, fmt.Errorf("warm Go cache: %w", err)
 		}
 	}
 
-	env := GateEnv(getenv, tmp)
-	env = append(env,
-		"GOCACHE="+filepath.Join(tmp, "gocache"),
-		"GOMODCACHE="+filepath.Join(tmp, "gomodcache"),
+	// The go environment: the gates' own (GateEnv) with the stage's caches.
+	env := append(GateEnv(getenv, stage),
+		"GOCACHE="+filepath.Join(stage, "gocache"),
+		"GOMODCACHE="+filepath.Join(stage, "gomodcache"),
 		"GOFLAGS="+withTrimpath(getenv("GOFLAGS")),
 		"GOENV=off", "GOSUMDB=off", "GOTOOLCHAIN=local",
-		"GOPROXY="+hostModuleProxy(ctx, getenv),
-		"TMPDIR="+os.TempDir(),
 	)
 	var warnings []string
-	run := func(args ...string) {
+	warn := func(args []string, err error, out []byte) {
+		w := fmt.Sprintf("go %s: %v: %s", strings.Join(args, " "), err, lastLine(out))
+		warnings = append(warnings, w)
+		fmt.Fprintln(o.Log, "conductor: warm:", w)
+	}
+	done := func(args []string, t0 time.Time) {
+		fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
+	}
+	// Downloading runs on the host: it reads go.mod and go.sum and copies
+	// checked module files from the host's module cache (a file proxy, no
+	// network, no version control), and compiles nothing.
+	if pathExists(filepath.Join(o.Tree, "go.mod")) {
+		args := []string{"mod", "download"}
 		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		defer cancel()
 		cmd := exec.CommandContext(cctx, "go", args...)
-		cmd.Dir, cmd.Env = o.Tree, env
+		cmd.Dir = o.Tree
+		cmd.Env = append(env, "GOPROXY="+hostModuleProxy(ctx, getenv), "GOVCS=*:off", "TMPDIR="+os.TempDir())
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.WaitDelay = 5 * time.Second
 		t0 := time.Now()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			w := fmt.Sprintf("go %s: %v: %s", strings.Join(args, " "), err, lastLine(out))
-			warnings = append(warnings, w)
-			fmt.Fprintln(o.Log, "conductor: warm:", w)
-			return
+		if out, err := cmd.CombinedOutput(); err != nil {
+			warn(args, err, out)
+		} else {
+			done(args, t0)
 		}
-		fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
+		cancel()
 	}
-	if pathExists(filepath.Join(o.Tree, "go.mod")) {
-		run("mod", "download")
+	// Compiling runs in the sandbox: the landed tree is a worker's code,
+	// and compiling reads files (a cgo preamble's .incbin, a replace with a
+	// host path) into the objects every later command sees.
+	for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}, {"test", "-exec=/bin/true", "-run=^$", "-count=1", "./..."}} {
+		t0 := time.Now()
+		r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
+		switch {
+		case err != nil:
+			warn(args, err, r.Output)
+		case r.ExitCode != 0:
+			warn(args, fmt.Errorf("exit status %d", r.ExitCode), r.Output)
+		default:
+			done(args, t0)
+		}
 	}
-	run("build", "./...")
-	run("vet", "./...")
-	run("test", "-exec=/bin/true", "-run=^$", "-count=1", "./...")
 	if ctx.Err() != nil {
-		_ = removeTree(tmp)
 		return res, ctx.Err()
 	}
-	// The last go command runs before its HOME goes: it would make
-	// tmp/home again (go's telemetry files), after tmp became the
-	// generation, as a stray gen-N.tmp folder.
 	gover := goVersion(env)
-	_ = removeTree(filepath.Join(tmp, "home"))
-	// Go may have left its own temporary files: only the two caches stay.
-	if id.drop {
+	// The new generation: the stage's two caches, copied (only they: go
+	// may have left its own files in the stage's HOME and TMPDIR).
+	for _, c := range []string{"gocache", "gomodcache"} {
+		err := os.MkdirAll(tmp, 0o755)
+		if err == nil {
+			err = copyTree(filepath.Join(stage, c), filepath.Join(tmp, c))
+		}
+		if err != nil {
+			_ = removeTree(tmp)
+			return res, fmt.Errorf("warm Go cache: %w", err)
+		}
+	}
+	if id.drop { // the sandbox uid's, as the stage was
 		if err := handOver(tmp, id); err != nil {
 			_ = removeTree(tmp)
 			return res, fmt.Errorf("warm Go cache: %w", err)
@@ -930,60 +1001,6 @@ func pruneGens(root, keep string) []string {
 	}
 	sort.Strings(removed)
 	return removed
-}
-
-// linkTree clones src into dst with hard links (the generations are
-// written by trusted warming only; Go writes a cache entry once and
-// replaces one it rewrites by rename). The build cache's own top-level
-// files (trim.txt, which Go rewrites in place once a day, README) are
-// copied: written through a link they would change src, a generation
-// gates may still be using.
-func linkTree(src, dst string) error {
-	topLevel := filepath.Join(src, "gocache")
-	return filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		t := filepath.Join(dst, rel)
-		switch {
-		case e.IsDir():
-			return os.Mkdir(t, 0o755)
-		case e.Type()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(l, t)
-		case e.Type().IsRegular() && filepath.Dir(p) == topLevel:
-			return copyFile(p, t)
-		case e.Type().IsRegular():
-			return os.Link(p, t)
-		}
-		return nil
-	})
-}
-
-// copyFile copies the regular file src to dst (new), with its mode.
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // hostModuleProxy is GOPROXY for warming: the host's module cache as a file
