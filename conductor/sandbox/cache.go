@@ -934,6 +934,15 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 			return res, fmt.Errorf("warm Go cache: %w", err)
 		}
 	}
+	// The files settle before they are listed, so that the stamp can be
+	// recorded with the digest and the first gate need not hash them
+	// again.
+	select {
+	case <-ctx.Done():
+		_ = removeTree(tmp)
+		return res, ctx.Err()
+	case <-time.After(stampSettle + 10*time.Millisecond):
+	}
 	l, err := listGen(tmp)
 	if err != nil {
 		_ = removeTree(tmp)
@@ -951,6 +960,12 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	if err := writeFileSync(filepath.Join(tmp, manifestName), append(b, '\n')); err != nil {
 		_ = removeTree(tmp)
 		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
+	if l.settled {
+		if err := writeFileSync(filepath.Join(tmp, stampName), []byte(l.stamp)); err != nil {
+			_ = removeTree(tmp)
+			return res, fmt.Errorf("warm Go cache: %w", err)
+		}
 	}
 	if err := os.Rename(tmp, gen); err != nil {
 		_ = removeTree(tmp)

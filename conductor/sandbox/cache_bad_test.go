@@ -228,6 +228,15 @@ func TestWarmGoLeavesNoLitter(t *testing.T) {
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
+	// The warming recorded the stamp: the first gate does not hash the
+	// generation again.
+	l, err := listGen(res.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if readStamp(filepath.Join(res.Dir, stampName)) != l.stamp {
+		t.Error("the warming did not record its generation's stamp")
+	}
 	want := []string{"current", filepath.Base(res.Dir), "warm.lock"}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		out, _ := exec.Command("find", root, "-path", "*.tmp*").CombinedOutput()
