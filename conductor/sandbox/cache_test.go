@@ -256,7 +256,7 @@ func testWarmCacheIsolation(t *testing.T, sb Sandbox, cacheDir string, warn *byt
 	hostPoison := filepath.Join(hostCache, "poison")
 	os.Remove(hostPoison)
 
-	// Warm from the trusted tip (v1).
+	// Warm from the landed tip (v1), compiled in this backend's sandbox.
 	tip := copyModule(t, base, "tip1", 1, 1, false, hostCache)
 	var so Options
 	switch b := sb.(type) {
@@ -265,7 +265,7 @@ func testWarmCacheIsolation(t *testing.T, sb Sandbox, cacheDir string, warn *byt
 	case *dockerBackend:
 		so = b.opts
 	}
-	wres, err := WarmGo(context.Background(), WarmOptions{Tree: tip, Getenv: getenv, Sandbox: so, Label: "tip1"})
+	wres, err := WarmGo(context.Background(), WarmOptions{Tree: tip, Getenv: getenv, Sandbox: so, Box: sb, Label: "tip1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func testWarmCacheIsolation(t *testing.T, sb Sandbox, cacheDir string, warn *byt
 	// gate on a change that breaks it fails (no stale result), one on the
 	// new tip passes, and an old gate's tree still sees its own code.
 	tip2 := copyModule(t, base, "tip2", 2, 2, false, hostCache)
-	w2, err := WarmGo(context.Background(), WarmOptions{Tree: tip2, Getenv: getenv, Sandbox: so, Label: "tip2"})
+	w2, err := WarmGo(context.Background(), WarmOptions{Tree: tip2, Getenv: getenv, Sandbox: so, Box: sb, Label: "tip2"})
 	if err != nil || len(w2.Warnings) > 0 {
 		t.Fatalf("second warming: %v %v", err, w2.Warnings)
 	}
