@@ -831,11 +831,15 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("warm Go cache: %w", err)
 	}
-	stage, err := newOwnedDir(lroot, "w-", "")
+	owned, err := newOwnedDir(lroot, "w-", "")
 	if err != nil {
 		return res, fmt.Errorf("warm Go cache: %w", err)
 	}
-	defer removeTree(stage)
+	defer removeTree(owned)
+	stage := filepath.Join(owned, "stage") // the sandbox's; the owner file beside it is not
+	if err := os.Mkdir(stage, 0o755); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
+	}
 	var prev manifest
 	// The generation copied is hashed in full, stamp or not: a warming
 	// never builds on (and blesses with a new digest) content that rotted
