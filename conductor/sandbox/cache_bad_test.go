@@ -143,21 +143,35 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 	}
 }
 
+// warmBox opens backend with the warm cache folder root; its warnings go
+// to the returned buffer.
+func warmBox(t *testing.T, backend, root string) (Sandbox, identity, *bytes.Buffer) {
+	t.Helper()
+	warn := &bytes.Buffer{}
+	mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, warn }
+	if backend == BackendBwrap {
+		b := bwrapBox(t, mod)
+		return b, b.warm.id, warn
+	}
+	d := dockerBox(t, mod)
+	return d, d.warm.id, warn
+}
+
+// oneColdWarning fails unless warn holds exactly one line, saying the
+// command runs with a cold cache and naming want.
+func oneColdWarning(t *testing.T, warn *bytes.Buffer, want string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], want) {
+		t.Fatalf("want one warning line saying %q; got:\n%s", want, warn.String())
+	}
+}
+
 // badCacheGate runs one case of TestWarmCacheBadFolderRunsCold on backend.
 func badCacheGate(t *testing.T, backend string, spoil func(t *testing.T, root, gen string), want string) {
 	base := worktree(t)
 	root := filepath.Join(base, "warm")
-	var warn bytes.Buffer
-	mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, &warn }
-	var sb Sandbox
-	var id identity
-	if backend == BackendBwrap {
-		b := bwrapBox(t, mod)
-		sb, id = b, b.warm.id
-	} else {
-		d := dockerBox(t, mod)
-		sb, id = d, d.warm.id
-	}
+	sb, id, warn := warmBox(t, backend, root)
 	gen := fakeGen(t, root, id)
 	if spoil != nil {
 		spoil(t, root, gen)
@@ -172,7 +186,6 @@ func badCacheGate(t *testing.T, backend string, spoil func(t *testing.T, root, g
 	if g.err != nil || g.res.ExitCode != 0 {
 		t.Fatalf("the gate failed because of the cache (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
 	}
-	lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
 	if want == "" {
 		if warn.Len() > 0 {
 			t.Fatalf("warnings with a good cache: %s", warn.String())
@@ -182,9 +195,7 @@ func badCacheGate(t *testing.T, backend string, spoil func(t *testing.T, root, g
 		}
 		return
 	}
-	if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], want) {
-		t.Fatalf("want one warning line saying %q; got:\n%s", want, warn.String())
-	}
+	oneColdWarning(t, warn, want)
 	if strings.Contains(g.out, warmDirName) || strings.Contains(g.out, root) {
 		t.Fatalf("the gate ran with the broken warm cache:\n%s", g.out)
 	}
@@ -365,17 +376,7 @@ func TestWarmCacheFullLayerFolderRunsCold(t *testing.T) {
 			writeFile(t, filepath.Join(tmp, "fill"), strings.Repeat("x", int(st.Bavail)*int(st.Bsize)-64<<10), 0o644)
 
 			root := filepath.Join(base, "warm")
-			var warn bytes.Buffer
-			mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = root, true, &warn }
-			var sb Sandbox
-			var id identity
-			if backend == BackendBwrap {
-				b := bwrapBox(t, mod)
-				sb, id = b, b.warm.id
-			} else {
-				d := dockerBox(t, mod)
-				sb, id = d, d.warm.id
-			}
+			sb, id, warn := warmBox(t, backend, root)
 			gen := fakeGen(t, root, id)
 			if id.drop { // as warming leaves it: the sandbox uid's
 				if err := handOver(gen, id); err != nil {
@@ -394,10 +395,7 @@ func TestWarmCacheFullLayerFolderRunsCold(t *testing.T) {
 			if g.err != nil || g.res.ExitCode != 0 {
 				t.Fatalf("the gate failed because of the full layer folder (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
 			}
-			lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
-			if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], "full") {
-				t.Fatalf("want one warning line saying the layer folder is full; got:\n%s", warn.String())
-			}
+			oneColdWarning(t, warn, "full")
 		})
 	}
 }

@@ -168,15 +168,8 @@ func TestWarmCacheIsolation(t *testing.T) {
 	cacheDir := t.TempDir()
 	for _, backend := range []string{BackendBwrap, BackendDocker} {
 		t.Run(backend, func(t *testing.T) {
-			var sb Sandbox
-			var warn bytes.Buffer
-			mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = cacheDir, true, &warn }
-			if backend == BackendBwrap {
-				sb = bwrapBox(t, mod)
-			} else {
-				sb = dockerBox(t, mod)
-			}
-			testWarmCacheIsolation(t, sb, cacheDir, &warn)
+			sb, _, warn := warmBox(t, backend, cacheDir)
+			testWarmCacheIsolation(t, sb, cacheDir, warn)
 		})
 	}
 	// The warmed cache rots: a gate on a copy of it whose compiled objects
@@ -195,24 +188,14 @@ func TestWarmCacheIsolation(t *testing.T) {
 		}
 		for _, backend := range []string{BackendBwrap, BackendDocker} {
 			t.Run(backend, func(t *testing.T) {
-				var warn bytes.Buffer
-				mod := func(o *Options) { o.GoCache, o.GoCacheExplicit, o.Warn = rotten, true, &warn }
-				var sb Sandbox
-				if backend == BackendBwrap {
-					sb = bwrapBox(t, mod)
-				} else {
-					sb = dockerBox(t, mod)
-				}
+				sb, _, warn := warmBox(t, backend, rotten)
 				base := worktree(t)
 				host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
 				g := warmGate(t, sb, copyModule(t, base, "tip", 2, 2, false, hostGoCache(t)), func(k string) string { return host[k] }, "go", "test", "-count=1", "./...")
 				if g.err != nil || g.res.ExitCode != 0 {
 					t.Fatalf("the gate failed because of the rotten cache (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
 				}
-				lines := strings.Split(strings.TrimSpace(warn.String()), "\n")
-				if len(lines) != 1 || !strings.Contains(lines[0], "running with a cold cache") || !strings.Contains(lines[0], "corrupted") {
-					t.Fatalf("want one warning line naming the corrupted cache; got:\n%s", warn.String())
-				}
+				oneColdWarning(t, warn, "corrupted")
 			})
 		}
 	})
