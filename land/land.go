@@ -138,21 +138,20 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 		out = Outcome{Decision: o.DecisionID, Status: StatusRefused, Refusal: verr}
 		return out, fmt.Errorf("land %q: %w", o.DecisionID, verr)
 	}
+	var box func() (sandbox.Sandbox, error)
 	if o.Rules != nil && len(o.Rules.Gate()) > 0 {
+		box = gateBox(o.Sandbox)
 		if o.Sandbox == nil {
-			// The one made here is ours to release (a docker backend's
+			// The one opened here is ours to release (a docker backend's
 			// container); one passed in is the caller's.
-			defer func() { _ = sandbox.Close(o.Sandbox) }()
-		}
-		if o.Sandbox, err = sandbox.ForGate(o.Sandbox); err != nil {
-			err = refusal.Newf("sandbox-unavailable",
-				"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
-				"the gate runs worker-written code and no sandbox works here: %v", err)
+			defer func() {
+				if sb, err := box(); err == nil {
+					_ = sandbox.Close(sb)
+				}
+			}()
 		}
 	}
-	if err == nil {
-		out, err = run(ctx, &o)
-	}
+	out, err = run(ctx, &o, box)
 	out.Decision = o.DecisionID
 	var rf *refusal.Refusal
 	if errors.As(err, &rf) {
@@ -168,10 +167,36 @@ func Run(ctx context.Context, o Options) (Outcome, error) {
 	return out, nil
 }
 
+// gateBox opens the gate's sandbox (given, or the default backend) in the
+// background and returns the wait for it. A landing refused before its
+// gate names that reason (no such decision, a moved work ref), not a
+// missing sandbox, and the backend's probe runs beside the landing's
+// first steps. When no backend works the wait is the refusal
+// (sandbox-unavailable): the gate is never run unisolated.
+func gateBox(given sandbox.Sandbox) func() (sandbox.Sandbox, error) {
+	done := make(chan struct{})
+	var sb sandbox.Sandbox
+	var err error
+	go func() {
+		defer close(done)
+		sb, err = sandbox.ForGate(given)
+	}()
+	return sync.OnceValues(func() (sandbox.Sandbox, error) {
+		<-done
+		if err != nil {
+			return nil, refusal.Newf("sandbox-unavailable",
+				"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
+				"the gate runs worker-written code and no sandbox works here: %v", err)
+		}
+		return sb, nil
+	})
+}
+
 // lander carries one landing's state between steps.
 type lander struct {
 	o        *Options
-	g        git.Git // the repository's common git dir, no work tree
+	box      func() (sandbox.Sandbox, error) // the gate's sandbox (nil: no gate commands)
+	g        git.Git                         // the repository's common git dir, no work tree
 	d        bus.Decision
 	v        bus.Verdict
 	run      bus.Run
@@ -198,7 +223,7 @@ type lander struct {
 	key     string
 }
 
-func run(ctx context.Context, o *Options) (Outcome, error) {
+func run(ctx context.Context, o *Options, box func() (sandbox.Sandbox, error)) (Outcome, error) {
 	out := Outcome{}
 	if o.Store == nil || o.Rules == nil {
 		return out, errors.New("no store or no landing rules")
@@ -220,7 +245,7 @@ func run(ctx context.Context, o *Options) (Outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	l := &lander{o: o, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
+	l := &lander{o: o, box: box, g: g, d: d, target: target, ref: "refs/heads/" + target, workRef: fullRef(d.WorkRef),
 		now: o.Now()}
 	l.key = lockKey(g.GitDir, l.ref)
 	l.dataDir = filepath.Join(o.DataRoot, "land", l.key)

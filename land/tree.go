@@ -125,6 +125,13 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 	if len(cmds) == 0 && mode == ModeTree {
 		return nil, nil
 	}
+	var sb sandbox.Sandbox
+	if l.box != nil {
+		var err error
+		if sb, err = l.box(); err != nil {
+			return nil, err
+		}
+	}
 	scratchDir := filepath.Join(l.dataDir, "scratch")
 	var suffix [4]byte
 	rand.Read(suffix[:])
@@ -167,7 +174,7 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 		"CONDUCTOR_LAND_REVIEWED="+l.approved.ID,
 		"CONDUCTOR_LAND_MODE="+mode,
 	)
-	return runGate(ctx, l.o.Sandbox, cmds, dir, sbRoot, env)
+	return runGate(ctx, sb, cmds, dir, sbRoot, env)
 }
 
 // checkoutTree makes the worktree's index and files exactly tree, checks

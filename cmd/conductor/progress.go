@@ -74,8 +74,8 @@ func (p *progressSandbox) Run(ctx context.Context, spec sandbox.Spec) (sandbox.R
 
 // gateSandboxFor is the sandbox review's checks and land's gate run in,
 // with the operator's options: the named backend (the sandbox knobs), else,
-// when a gate will run, auto. When auto works nowhere nil lets the domain
-// refuse with its own words. quiet (--json, --quiet) shows no progress.
+// when a gate will run, auto. When auto works nowhere sandbox.Unavailable
+// lets the domain refuse with its own words. quiet (--json, --quiet) shows no progress.
 func gateSandboxFor(c *cli.Context, d *deps, name string, needed bool, quiet bool) (sandbox.Sandbox, error) {
 	var sb sandbox.Sandbox
 	var err error
@@ -86,7 +86,7 @@ func gateSandboxFor(c *cli.Context, d *deps, name string, needed bool, quiet boo
 		}
 	case needed:
 		if sb, err = sandbox.NewWithOptions(sandbox.BackendAuto, sandbox.OptionsFrom(d.config(c).SandboxLimits)); err != nil {
-			return nil, nil // the domain refuses, with its own words
+			return sandbox.Unavailable(err), nil // the domain refuses with its own words when its gate comes
 		}
 	}
 	// The line's own carriage return and erase are conductor's: written

@@ -89,12 +89,29 @@ func prepareFor(sb Sandbox, dir string) error {
 }
 
 // ForGate returns sb, or, when sb is nil, the default backend ("auto":
-// bubblewrap when it works) with the default options (the CLI always
-// passes one made with the operator's: OptionsFrom). A gate never silently runs unsandboxed: with no
-// working sandbox the error wraps ErrUnavailable and the caller refuses.
+// bubblewrap when it works) with the default options (the command line
+// passes one made with the operator's: OptionsFrom, or Unavailable). A
+// gate never silently runs unsandboxed: with no working sandbox the error
+// wraps ErrUnavailable and the caller refuses.
 func ForGate(sb Sandbox) (Sandbox, error) {
+	if u, ok := sb.(unavailable); ok {
+		return nil, u.err
+	}
 	if sb != nil {
 		return sb, nil
 	}
 	return NewWithOptions(BackendAuto, Options{})
 }
+
+// Unavailable is what a caller that probed the backends with the
+// operator's options hands on when none works here (err says why): it
+// runs nothing, and ForGate returns err for it, so the domain refuses
+// with its own words when it reaches its gate, and never probes again
+// with other options (a default bwrap in place of the one configured).
+func Unavailable(err error) Sandbox { return unavailable{err} }
+
+type unavailable struct{ err error }
+
+func (u unavailable) Name() string { return "unavailable" }
+
+func (u unavailable) Run(context.Context, Spec) (Result, error) { return Result{}, u.err }
