@@ -22,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 )
@@ -59,8 +60,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 	only := fs.String("only", os.Getenv("CONDUCTOR_BENCH_ONLY"), "comma-separated rows to run: prep,extract,patchid,land,overhead,pi,memory,sandbox,gate,queue (default all)")
 	keep := fs.Bool("keep", false, "keep the scratch folder")
 	runs := fs.Int("runs", 0, "runs per row (default 5, short 2)")
+	cpuProfile := fs.String("cpuprofile", "", "write the bench process's own CPU profile (the scripted model, the poller) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	sz := full
 	if *shortMode {
