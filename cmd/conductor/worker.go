@@ -155,6 +155,7 @@ func unattended(c *cli.Context, d *deps) dispatch.Unattended {
 			return s.WithDefaults(d.Getenv), err
 		},
 		RunsDir: cfg.RunDir, ScratchDir: filepath.Join(cfg.DataRoot, "scratch"),
+		Sandbox: cfg.Sandbox, Sandboxes: d.sandboxes(c),
 		Getenv: d.Getenv, Now: d.Now, Log: d.Log,
 	}
 }

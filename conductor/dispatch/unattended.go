@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/conductor-dev/conductor/conductor/forge"
 	"github.com/conductor-dev/conductor/conductor/review"
 	"github.com/conductor-dev/conductor/conductor/runrec"
+	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/policy"
 )
 
@@ -28,9 +30,16 @@ type Unattended struct {
 	RunsDir    func(runID string) string
 	ScratchDir string
 	Reviewer   string // default "conductor worker"
-	Getenv     func(string) string
-	Now        func() time.Time
-	Log        *slog.Logger
+	// Sandbox is the backend the review's checks and gate run in, the
+	// operator's choice ("" = auto), opened with Sandboxes as `conductor
+	// review` opens its own: with the operator's options (the bwrap path,
+	// the limits, the warm caches), never the defaults. Without
+	// Sandboxes.Open the review opens the default backend itself.
+	Sandbox   string
+	Sandboxes Sandboxes
+	Getenv    func(string) string
+	Now       func() time.Time
+	Log       *slog.Logger
 }
 
 // Run reviews res with approval and opens its draft PR; it returns the PR's
@@ -48,9 +57,16 @@ func (u Unattended) Run(ctx context.Context, store bus.Store, res runrec.Result,
 	if reviewer == "" {
 		reviewer = "conductor worker"
 	}
+	var sb sandbox.Sandbox
+	if u.Sandboxes.Open != nil {
+		if sb, err = u.Sandboxes.Open(cmp.Or(u.Sandbox, sandbox.BackendAuto), res.RunID); err != nil {
+			return "", fmt.Errorf("review: %w", err)
+		}
+		defer u.Sandboxes.close(sb)
+	}
 	rep, err := review.Run(ctx, review.Options{
 		Store: store, Policy: pol, RunDir: dir, Approve: true,
-		Reviewer: reviewer, ScratchDir: u.ScratchDir,
+		Reviewer: reviewer, ScratchDir: u.ScratchDir, Sandbox: sb,
 		Getenv: u.Getenv, Now: u.Now,
 	})
 	if err != nil {
