@@ -39,7 +39,10 @@ func TestUnattendedReviewUsesTheOperatorsSandbox(t *testing.T) {
 			Policy: func(context.Context, string, string) (*policy.Policy, error) {
 				return policy.Load(roles.FS, "")
 			},
-			Forge:   func() (forge.Settings, error) { t.Fatal("a refused review opened the forge"); return forge.Settings{}, nil },
+			Forge: func() (forge.Settings, error) {
+				t.Fatal("a refused review opened the forge")
+				return forge.Settings{}, nil
+			},
 			RunsDir: func(id string) string { return t.TempDir() },
 			Sandbox: tc.chosen,
 			Sandboxes: Sandboxes{
