@@ -44,10 +44,7 @@ func newCacheCmd(d *deps) *cli.Command {
 // object store under the data root's scratch folder, compiled in the
 // sandbox by sandbox.WarmGo (no code of the tree runs).
 func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
-	o, err := sandbox.OptionsFromEnv(d.Getenv)
-	if err != nil {
-		return usageErr(err)
-	}
+	o := sandbox.OptionsFrom(d.config(c).SandboxLimits)
 	g, err := git.OpenRepo(repo)
 	if err != nil {
 		return usagef("cache warm: %v", err)
@@ -64,9 +61,7 @@ func cacheWarm(c *cli.Context, d *deps, repo, ref string) error {
 	if c.Bool("json") {
 		return writeJSON(d.Stdout, res)
 	}
-	for _, w := range res.Warnings {
-		fmt.Fprintf(d.Stderr, "conductor: cache warm: %s\n", w)
-	}
+	// Each warning was already printed as it happened (WarmOptions.Log).
 	_, err = fmt.Fprintf(d.Stdout, "%s\t%d files\t%.1f MB\t%.1fs\n", res.Dir, res.Files, float64(res.Bytes)/1e6, res.Duration.Seconds())
 	return err
 }
@@ -94,8 +89,9 @@ func warmFrom(c *cli.Context, d *deps, o sandbox.Options, g patch.Git, repo, com
 // runs detached from the landing (its own session, its output in the data
 // root's logs/cache-warm.log) and outside any worker's reach.
 func refreshWarmCache(c *cli.Context, d *deps, repo, commit string) {
-	o, err := sandbox.OptionsFromEnv(d.Getenv)
-	if err != nil || o.GoCache == "" || repo == "" {
+	cfg := d.config(c)
+	o := sandbox.OptionsFrom(cfg.SandboxLimits)
+	if o.GoCache == "" || repo == "" {
 		return
 	}
 	if _, err := os.Lstat(filepath.Join(o.GoCache, "current")); err != nil {
@@ -105,7 +101,7 @@ func refreshWarmCache(c *cli.Context, d *deps, repo, commit string) {
 	if err != nil || strings.HasSuffix(exe, ".test") {
 		return // a test binary is not the conductor
 	}
-	logDir := filepath.Join(d.config(c).DataRoot, "logs")
+	logDir := filepath.Join(cfg.DataRoot, "logs")
 	if err := os.MkdirAll(logDir, 0o700); err != nil {
 		return
 	}
@@ -114,7 +110,13 @@ func refreshWarmCache(c *cli.Context, d *deps, repo, commit string) {
 		return
 	}
 	defer logf.Close()
-	cmd := exec.Command(exe, "--data-root", d.config(c).DataRoot, "cache", "warm", repo, "--ref", commit)
+	// The warming resolves the same configuration: the data root and the
+	// file this landing read (the goCache, bwrap and uid settings in it).
+	args := []string{"--data-root", cfg.DataRoot}
+	if cfg.ConfigFile != "" {
+		args = append(args, "--config", cfg.ConfigFile)
+	}
+	cmd := exec.Command(exe, append(args, "cache", "warm", repo, "--ref", commit)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -904,7 +904,15 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	// Compiling runs in the sandbox: the landed tree is a worker's code,
 	// and compiling reads files (a cgo preamble's .incbin, a replace with a
 	// host path) into the objects every later command sees.
-	for _, args := range [][]string{{"build", "./..."}, {"vet", "./..."}, {"test", "-exec=/bin/true", "-run=^$", "-count=1", "./..."}} {
+	compile := [][]string{{"build", "./..."}, {"vet", "./..."}, {"test", "-exec=/bin/true", "-run=^$", "-count=1", "./..."}}
+	if !pathExists(filepath.Join(o.Tree, "go.mod")) {
+		// Without a module at the root every go command fails the same
+		// way: one line says so, not three failures.
+		warnings = append(warnings, "no go.mod at the tree's root: nothing compiled")
+		fmt.Fprintln(o.Log, "conductor: warm: no go.mod at the tree's root: nothing compiled")
+		compile = nil
+	}
+	for _, args := range compile {
 		t0 := time.Now()
 		r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
 		switch {
