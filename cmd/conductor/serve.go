@@ -13,7 +13,6 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/bus"
-	"github.com/conductor-dev/conductor/conductor/sandbox"
 	"github.com/conductor-dev/conductor/conductor/web"
 	"github.com/conductor-dev/conductor/land"
 	"github.com/conductor-dev/conductor/patch/git"
@@ -141,8 +140,9 @@ func serveAudit(st land.AuditStore) func(ctx context.Context, repo, commit strin
 
 // servePreview runs `conductor land DECISION --preview` for the decision
 // card's button: the policy committed on the target, the gate sandbox the
-// configuration names (default: auto; never none unless configured), the
-// operator who clicked as who would choose merge. It changes nothing.
+// configuration names (default: auto, with the operator's options; never
+// none unless configured), the operator who clicked as who would choose
+// merge. It changes nothing.
 func servePreview(c *cli.Context, d *deps, st bus.Store, cfg conductor.Config) func(ctx context.Context, id, operator string) (web.Preview, error) {
 	return func(ctx context.Context, id, operator string) (web.Preview, error) {
 		dec, err := st.GetDecision(ctx, id)
@@ -153,13 +153,13 @@ func servePreview(c *cli.Context, d *deps, st bus.Store, cfg conductor.Config) f
 		if err != nil {
 			return web.Preview{}, err
 		}
-		var sb sandbox.Sandbox
-		if name := cmp.Or(cfg.GateSandbox, cfg.Sandbox); name != "" && len(pol.Landing().Gate()) > 0 {
-			if sb, err = d.openSandbox(c, name, ""); err != nil {
-				return web.Preview{}, err
-			}
-			defer closeSandbox(d, sb)
+		// The sandbox `conductor land --preview` would use: the one the
+		// configuration names, else auto, with the operator's options.
+		sb, err := gateSandboxFor(c, d, cmp.Or(cfg.GateSandbox, cfg.Sandbox), len(pol.Landing().Gate()) > 0, true)
+		if err != nil {
+			return web.Preview{}, err
 		}
+		defer closeSandbox(d, sb)
 		out, err := land.Preview(ctx, land.Options{Sandbox: sb, Store: st, Rules: pol.Landing(), DecisionID: id,
 			DataRoot: cfg.DataRoot, Now: d.Now, Getenv: d.Getenv, Log: d.Log}, operator)
 		return webPreview(out), err

@@ -17,11 +17,26 @@ import (
 // TestServePreview: `conductor serve` wires the decision card's Preview
 // landing button to land --preview with the policy committed on the
 // target: the gate runs, the card shows it would land, and nothing
-// changes (refs, the decision, the landings).
+// changes (refs, the decision, the landings). The gate's sandbox is the
+// one `conductor land` would use, with the operator's options: when the
+// operator's bwrap is missing (and no Docker engine answers) the card says
+// the landing would be refused (sandbox-unavailable), never that it would
+// land through another bwrap.
 func TestServePreview(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts conductor serve")
 	}
+	t.Run("gate in the configured sandbox", func(t *testing.T) {
+		servePreviewCase(t, []string{"CONDUCTOR_GATE_SANDBOX=none"},
+			[]string{`data-state="would-land"`, "gate files passed", "Decision-Id: ", "by alice"})
+	})
+	t.Run("the operator's bwrap missing", func(t *testing.T) {
+		servePreviewCase(t, []string{"CONDUCTOR_BWRAP=/nonexistent/conductor-test/bwrap", "DOCKER_HOST=unix:///nonexistent/conductor-test/docker.sock"},
+			[]string{`data-state="refused"`, "sandbox-unavailable", "/nonexistent/conductor-test/bwrap"})
+	})
+}
+
+func servePreviewCase(t *testing.T, extraEnv, wants []string) {
 	ctx := context.Background()
 	home := t.TempDir()
 	dataRoot := filepath.Join(home, "data")
@@ -33,7 +48,7 @@ func TestServePreview(t *testing.T) {
 		}
 	}
 	const token = "alice-token-0123456789abcdef"
-	env := workerEnv(t, home, "CONDUCTOR_SERVE_TOKEN="+token, "CONDUCTOR_GATE_SANDBOX=none")
+	env := workerEnv(t, home, append([]string{"CONDUCTOR_SERVE_TOKEN=" + token}, extraEnv...)...)
 	must(os.MkdirAll(filepath.Join(repo, "lib"), 0o755))
 	must(os.MkdirAll(filepath.Join(repo, "roles"), 0o755))
 	must(os.MkdirAll(dataRoot, 0o755))
@@ -77,7 +92,10 @@ func TestServePreview(t *testing.T) {
 			t.Fatalf("the preview never ended:\n%s\n%s", body, errb.String())
 		}
 	}
-	for _, want := range []string{`data-state="would-land"`, "gate files passed", pid, "Decision-Id: " + d.ID, "by alice"} {
+	if strings.Contains(wants[0], "would-land") {
+		wants = append(wants, pid, "Decision-Id: "+d.ID)
+	}
+	for _, want := range wants {
 		if !strings.Contains(body, want) {
 			t.Errorf("the card lacks %q:\n%s\n%s", want, body, errb.String())
 		}
