@@ -993,11 +993,12 @@ func portOf(addr string) string {
 	return p
 }
 
-// pidsAfterGrace is pidsWith after a short grace: processes killed with
-// their sandbox die asynchronously (the kernel tears the pid namespace down
-// after its pid 1); one still listed after the grace survived.
+// pidsAfterGrace is pidsWith after a grace: processes killed with their
+// sandbox die asynchronously (the kernel tears the pid namespace down after
+// its pid 1); one still listed after the grace (up to 30 s, over as soon as
+// none is left) survived.
 func pidsAfterGrace(s string) []int {
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		pids := pidsWith(s)
 		if len(pids) == 0 || time.Now().After(deadline) {

@@ -47,7 +47,7 @@ func TestConductorKilledTakesItsSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd.Wait()
-	deadline = time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(30 * time.Second)
 	for {
 		pids := processesWith(tok)
 		if len(pids) == 0 {
