@@ -31,6 +31,9 @@ type doctorOptions struct {
 	// Warm says whether gates start from a warm Go cache here, and why
 	// not (reported; a cold cache is slower, never unsafe).
 	Warm *sandbox.WarmReport
+	// DataRoot is what the data root's file system means for the worker
+	// (reported; never fails doctor).
+	DataRoot *dataRootReport
 }
 
 func newDoctorCmd(d *deps) *cli.Command {
@@ -100,6 +103,8 @@ A malformed value stops every command with exit status 2 naming it.`,
 			}
 			warm := sandbox.ProbeWarm(sbOpts, warmFor)
 			opts.Warm = &warm
+			dr := probeDataRoot(cfg.DataRoot, "/sys")
+			opts.DataRoot = &dr
 			fs, err := d.forgeSettings(c)
 			if err != nil {
 				opts.Forge = &forge.Report{Configured: true, Checks: []forge.Check{{Name: "settings", Detail: err.Error()}}}
@@ -147,6 +152,7 @@ type doctorJSON struct {
 	Runtimes []runtimeReport     `json:"runtimes"`
 	Forge    *forge.Report       `json:"forge,omitempty"`
 	Warm     *sandbox.WarmReport `json:"warmGoCache,omitempty"`
+	DataRoot *dataRootReport     `json:"dataRoot,omitempty"`
 }
 
 // runtimeReport says whether one worker runtime can run here.
@@ -172,7 +178,7 @@ func runtimeReports(cfg conductor.Config) []runtimeReport {
 func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 	sel, _ := rep.Backend(opts.Backend)
 	if opts.JSON {
-		if err := writeJSON(w, doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge, Warm: opts.Warm}); err != nil {
+		if err := writeJSON(w, doctorJSON{Report: rep, Selected: opts.Backend, Works: sel.Works, Runtimes: opts.Runtimes, Forge: opts.Forge, Warm: opts.Warm, DataRoot: opts.DataRoot}); err != nil {
 			return err
 		}
 	} else {
@@ -208,6 +214,9 @@ func printDoctor(w io.Writer, rep sandbox.Report, opts doctorOptions) error {
 		}
 		if wr := opts.Warm; wr != nil {
 			fmt.Fprintf(tw, "warm Go cache\t%s\t%s\n", wr.State(), wr.Detail)
+		}
+		if dr := opts.DataRoot; dr != nil {
+			fmt.Fprintf(tw, "data root\t%s (%s)\t%s: %s\n", dr.State, dr.FS, dr.Path, dr.Detail)
 		}
 		if f := opts.Forge; f != nil {
 			fmt.Fprintf(tw, "forge\t%s\t%s\n", map[bool]string{true: "works", false: "FAILS"}[f.Works], redactedURL(f.URL))
