@@ -47,10 +47,10 @@ func probeDataRoot(path, sysRoot string) dataRootReport {
 	var st unix.Statfs_t
 	var fi unix.Stat_t
 	if err := unix.Statfs(p, &st); err != nil {
-		return dataRootReport{Path: path, State: "unknown", Detail: err.Error()}
+		return dataRootReport{Path: path, FS: "?", State: "unknown", Detail: err.Error()}
 	}
 	if err := unix.Stat(p, &fi); err != nil {
-		return dataRootReport{Path: path, State: "unknown", Detail: err.Error()}
+		return dataRootReport{Path: path, FS: "?", State: "unknown", Detail: err.Error()}
 	}
 	return dataRootFor(path, int64(st.Type), uint64(fi.Dev), sysRoot)
 }
