@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -102,4 +104,24 @@ func (b *bench) machineProbe(dir string) (machineSpeed, error) {
 	}
 	s.fsync = time.Since(t0) / n
 	return s, nil
+}
+
+// dataRootFS is what `conductor doctor` says of the file system under
+// the queue row's data root (its "data root" line): on ext4 without a
+// journal every file a job creates pays for the files deleted in the last
+// minutes, which moves the row by several hundredths (docs/bench.md,
+// fourteenth pass). Empty when doctor cannot say.
+func (b *bench) dataRootFS(env []string) string {
+	cmd := exec.Command(b.bin, "doctor", "--json")
+	cmd.Env = env
+	out, _ := cmd.Output() // exit 1 when no sandbox works: the report is still printed
+	var rep struct {
+		DataRoot *struct {
+			FS, State, Detail string
+		} `json:"dataRoot"`
+	}
+	if json.Unmarshal(out, &rep) != nil || rep.DataRoot == nil {
+		return ""
+	}
+	return fmt.Sprintf("the data root's file system: %s (doctor: %s)", rep.DataRoot.FS, rep.DataRoot.State)
 }

@@ -448,6 +448,10 @@ func (b *bench) rowQueue() error {
 	if err != nil {
 		return err
 	}
+	fsCell := b.dataRootFS(env)
+	if fsCell != "" {
+		fsCell = ", " + fsCell
+	}
 	// CPU over the bursts: the worker with the git processes it ran, and
 	// the whole machine (the worker, git, redis-server, the scripted model
 	// and the poller here). Steadier than the ratio from run to run.
@@ -509,9 +513,10 @@ func (b *bench) rowQueue() error {
 		floorCell: fmt.Sprintf("ideal %s per burst, %.1f jobs/s", fmtDur(ideal.Seconds()), float64(b.sz.queueJobs)/ideal.Seconds()),
 		ratioCell: fmt.Sprintf("**%.2f×** ideal (%.2f–%.2f)", med, lo, hi),
 		goal:      "≥ 0.90× ideal",
-		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %s; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time; the machine before → after the bursts: a git process %s → %s, a 4 KiB write and fsync %s → %s; %s",
+		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %s; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time; the machine before → after the bursts: a git process %s → %s, a 4 KiB write and fsync %s → %s%s; %s",
 			workers, workers, count(b.sz.queueBursts, "burst"), len(lat), fmtDur(am), fmtDur(perJob.Seconds()),
-			fmtDur(before.exec.Seconds()), fmtDur(after.exec.Seconds()), fmtDur(before.fsync.Seconds()), fmtDur(after.fsync.Seconds()), ownCell),
+			fmtDur(before.exec.Seconds()), fmtDur(after.exec.Seconds()), fmtDur(before.fsync.Seconds()), fmtDur(after.fsync.Seconds()),
+			fsCell, ownCell),
 	})
 	return nil
 }
