@@ -192,6 +192,15 @@ func gateBox(given sandbox.Sandbox) func() (sandbox.Sandbox, error) {
 	})
 }
 
+// gateSandbox waits for the gate's sandbox (nil when the gate has no
+// commands).
+func (l *lander) gateSandbox() (sandbox.Sandbox, error) {
+	if l.box == nil {
+		return nil, nil
+	}
+	return l.box()
+}
+
 // lander carries one landing's state between steps.
 type lander struct {
 	o        *Options

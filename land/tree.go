@@ -125,12 +125,9 @@ func (l *lander) gate(ctx context.Context, cmds []policy.GateCommand, mode, tip,
 	if len(cmds) == 0 && mode == ModeTree {
 		return nil, nil
 	}
-	var sb sandbox.Sandbox
-	if l.box != nil {
-		var err error
-		if sb, err = l.box(); err != nil {
-			return nil, err
-		}
+	sb, err := l.gateSandbox()
+	if err != nil {
+		return nil, err
 	}
 	scratchDir := filepath.Join(l.dataDir, "scratch")
 	var suffix [4]byte

@@ -908,8 +908,9 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	if !pathExists(filepath.Join(o.Tree, "go.mod")) {
 		// Without a module at the root every go command fails the same
 		// way: one line says so, not three failures.
-		warnings = append(warnings, "no go.mod at the tree's root: nothing compiled")
-		fmt.Fprintln(o.Log, "conductor: warm: no go.mod at the tree's root: nothing compiled")
+		const none = "no go.mod at the tree's root: nothing compiled"
+		warnings = append(warnings, none)
+		fmt.Fprintln(o.Log, "conductor: warm:", none)
 		compile = nil
 	}
 	for _, args := range compile {

@@ -448,10 +448,6 @@ func (b *bench) rowQueue() error {
 	if err != nil {
 		return err
 	}
-	fsCell := b.dataRootFS(env)
-	if fsCell != "" {
-		fsCell = ", " + fsCell
-	}
 	// CPU over the bursts: the worker with the git processes it ran, and
 	// the whole machine (the worker, git, redis-server, the scripted model
 	// and the poller here). Steadier than the ratio from run to run.
@@ -474,6 +470,12 @@ func (b *bench) rowQueue() error {
 	after, err := b.machineProbe(home)
 	if err != nil {
 		return err
+	}
+	// After the bursts, so that doctor's own probes (bwrap, docker) take
+	// nothing from them.
+	fsCell := b.dataRootFS(env)
+	if fsCell != "" {
+		fsCell = ", " + fsCell
 	}
 	cpuCell := ""
 	if jobs := float64(b.sz.queueJobs * b.sz.queueBursts); cpu.ok && cpu.all > 0 {
