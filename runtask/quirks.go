@@ -50,28 +50,38 @@ func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byt
 	}
 	var fixes []string
 	if raw, ok := top["messages"]; ok {
-		// The messages are read once into what is looked at; they are
-		// rewritten only when one needs it (the conversation is most of
-		// the request, and it is sent on every step).
-		var probe []requestMessage
-		if err := json.Unmarshal(raw, &probe); err != nil {
+		// The conversation is most of the request and it is sent on every
+		// step: each message is read once into what is looked at, and only
+		// one that needs a fix is rewritten; the others pass as they are.
+		var msgs []json.RawMessage
+		if err := json.Unmarshal(raw, &msgs); err != nil {
 			return nil, info, nil, fmt.Errorf("chat request messages: %w", err)
 		}
 		rewrite := false
-		for _, m := range probe {
+		for i, el := range msgs {
+			var m requestMessage
+			if err := json.Unmarshal(el, &m); err != nil {
+				return nil, info, nil, fmt.Errorf("chat request message %d: %w", i, err)
+			}
 			for _, c := range m.ToolCalls {
 				if c.ID != "" {
 					info.priorIDs[c.ID] = true
 				}
 			}
-			rewrite = rewrite || m.needsFix()
+			if !m.needsFix() {
+				continue
+			}
+			fixed, fix, err := fixMessage(el)
+			if err != nil {
+				return nil, info, nil, fmt.Errorf("chat request message %d: %w", i, err)
+			}
+			msgs[i], rewrite = fixed, true
+			if fix != "" {
+				fixes = appendFix(fixes, fix)
+			}
 		}
 		if rewrite {
-			msgs, msgFixes, err := fixMessages(raw)
-			if err != nil {
-				return nil, info, nil, err
-			}
-			top["messages"], fixes = msgs, msgFixes
+			top["messages"] = encodeArray(msgs)
 		}
 	}
 	var tools []struct {
@@ -113,32 +123,46 @@ func (m requestMessage) needsFix() bool {
 		(m.Role == "tool" && bytes.Equal(bytes.TrimSpace(m.Content), []byte(`""`)))
 }
 
-// fixMessages rewrites a request's messages: a model's earlier reasoning is
-// not sent back (servers that return it, DeepSeek, refuse it in a request,
-// and it costs context), every message gets a content, and an empty tool
-// result gets EmptyToolResult.
-func fixMessages(raw json.RawMessage) (json.RawMessage, []string, error) {
-	var msgs []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &msgs); err != nil {
-		return nil, nil, fmt.Errorf("chat request messages: %w", err)
+// fixMessage rewrites one request message and names the fix (none when
+// only a model's reasoning was dropped): a model's earlier reasoning is not
+// sent back (servers that return it, DeepSeek, refuse it in a request, and
+// it costs context), every message gets a content, and an empty tool result
+// gets EmptyToolResult.
+func fixMessage(raw json.RawMessage) (json.RawMessage, string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, "", err
 	}
-	var fixes []string
-	for _, m := range msgs {
-		delete(m, "reasoning_content")
-		var role string
-		_ = json.Unmarshal(m["role"], &role)
-		content, has := m["content"]
-		empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
-		switch {
-		case role == "tool" && empty:
-			m["content"] = mustJSON(EmptyToolResult)
-			fixes = appendFix(fixes, FixEmptyToolResult)
-		case !has || isJSONNull(content):
-			m["content"] = json.RawMessage(`""`)
-			fixes = appendFix(fixes, FixContentAbsent)
+	delete(m, "reasoning_content")
+	var role string
+	_ = json.Unmarshal(m["role"], &role)
+	content, has := m["content"]
+	empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
+	fix := ""
+	switch {
+	case role == "tool" && empty:
+		m["content"], fix = mustJSON(EmptyToolResult), FixEmptyToolResult
+	case !has || isJSONNull(content):
+		m["content"], fix = json.RawMessage(`""`), FixContentAbsent
+	}
+	return encodeObject(m), fix, nil
+}
+
+// encodeArray writes elems, each a JSON value, as a JSON array.
+func encodeArray(elems []json.RawMessage) json.RawMessage {
+	size := 2
+	for _, e := range elems {
+		size += len(e) + 1
+	}
+	out := make([]byte, 0, size)
+	out = append(out, '[')
+	for i, e := range elems {
+		if i > 0 {
+			out = append(out, ',')
 		}
+		out = append(out, bytes.TrimSpace(e)...)
 	}
-	return mustJSON(msgs), fixes, nil
+	return append(out, ']')
 }
 
 // encodeObject writes obj as a JSON object, keys sorted, each value as it
