@@ -762,6 +762,63 @@ type WarmResult struct {
 	Warnings []string      `json:"warnings,omitempty"` // go commands that failed (the cache is warm for what compiled)
 }
 
+// maxWarmModules bounds the modules one warming compiles: a tree is a
+// worker's, and each module costs a download and three compiles.
+const maxWarmModules = 16
+
+// goModule is one folder of a tree a warming compiles in.
+type goModule struct {
+	dir      string // slash-separated, relative to the tree ("." for its root)
+	hasGoMod bool   // false: the root's go.work alone
+}
+
+// args is a go command's arguments run in the module's folder from the
+// tree's root.
+func (m goModule) args(args ...string) []string {
+	if m.dir == "." {
+		return args
+	}
+	return append([]string{"-C", m.dir}, args...)
+}
+
+// goModules lists the tree's Go modules, the root first, then in path
+// order: each folder holding a go.mod that is a regular file, and the root
+// when it holds only a go.work. It follows no link and, as the go command,
+// skips vendor and testdata folders and those whose names start with "."
+// or "_" (and node_modules). skipped counts those beyond maxWarmModules.
+func goModules(tree string) (mods []goModule, skipped int) {
+	regular := func(p string) bool {
+		fi, err := os.Lstat(p)
+		return err == nil && fi.Mode().IsRegular()
+	}
+	if !regular(filepath.Join(tree, "go.mod")) && regular(filepath.Join(tree, "go.work")) {
+		mods = append(mods, goModule{dir: "."})
+	}
+	_ = filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil // an unreadable folder is not warmed; nothing else is looked at
+		}
+		name := d.Name()
+		if p != tree && (name == "vendor" || name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		if !regular(filepath.Join(p, "go.mod")) {
+			return nil
+		}
+		rel, err := filepath.Rel(tree, p)
+		if err != nil {
+			return nil
+		}
+		if len(mods) == maxWarmModules {
+			skipped++
+			return nil
+		}
+		mods = append(mods, goModule{dir: filepath.ToSlash(rel), hasGoMod: true})
+		return nil
+	})
+	return mods, skipped
+}
+
 // WarmGo warms a new generation of the warm Go cache from the landed tip
 // and makes it current. It compiles and never runs: `go mod download` on
 // the host (from the host's module cache only, as a file proxy; no
@@ -769,7 +826,8 @@ type WarmResult struct {
 // `go vet ./...` and `go test -exec=/bin/true ./...` (test binaries are
 // linked, never started; test results are not cached), with the gate's Go
 // settings (-trimpath, GOTOOLCHAIN=local, GOENV=off, a fresh HOME). A go
-// command that fails is a warning: what compiled is warm.
+// command that fails is a warning: what compiled is warm. Each of the
+// tree's modules (goModules) is warmed so, the root's first.
 func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	start := time.Now()
 	var res WarmResult
@@ -882,47 +940,60 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	done := func(args []string, t0 time.Time) {
 		fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
 	}
-	// Downloading runs on the host: it reads go.mod and go.sum and copies
-	// checked module files from the host's module cache (a file proxy, no
-	// network, no version control), and compiles nothing.
-	if pathExists(filepath.Join(o.Tree, "go.mod")) {
-		args := []string{"mod", "download"}
-		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		cmd := exec.CommandContext(cctx, "go", args...)
-		cmd.Dir = o.Tree
-		cmd.Env = append(env, "GOPROXY="+hostModuleProxy(ctx, getenv), "GOVCS=*:off", "TMPDIR="+os.TempDir())
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.WaitDelay = 5 * time.Second
-		t0 := time.Now()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			warn(args, err, out)
-		} else {
-			done(args, t0)
-		}
-		cancel()
+	// Every module of the tree is warmed, the root's first: a repository
+	// with modules in subfolders (or a go.work at its root) has gates that
+	// build each of them.
+	mods, skipped := goModules(o.Tree)
+	if skipped > 0 {
+		warnings = append(warnings, fmt.Sprintf("%d more modules not warmed (at most %d)", skipped, maxWarmModules))
+		fmt.Fprintln(o.Log, "conductor: warm:", warnings[len(warnings)-1])
 	}
-	// Compiling runs in the sandbox: the landed tree is a worker's code,
-	// and compiling reads files (a cgo preamble's .incbin, a replace with a
-	// host path) into the objects every later command sees.
-	compile := [][]string{{"build", "./..."}, {"vet", "./..."}, {"test", "-exec=/bin/true", "-run=^$", "-count=1", "./..."}}
-	if !pathExists(filepath.Join(o.Tree, "go.mod")) {
-		// Without a module at the root every go command fails the same
-		// way: one line says so, not three failures.
-		const none = "no go.mod at the tree's root: nothing compiled"
+	if len(mods) == 0 {
+		// Without a module every go command fails the same way: one line
+		// says so, not three failures.
+		const none = "no go.mod or go.work in the tree: nothing compiled"
 		warnings = append(warnings, none)
 		fmt.Fprintln(o.Log, "conductor: warm:", none)
-		compile = nil
 	}
-	for _, args := range compile {
-		t0 := time.Now()
-		r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
-		switch {
-		case err != nil:
-			warn(args, err, r.Output)
-		case r.ExitCode != 0:
-			warn(args, fmt.Errorf("exit status %d", r.ExitCode), r.Output)
-		default:
-			done(args, t0)
+	for _, mod := range mods {
+		// Downloading runs on the host: it reads go.mod and go.sum and
+		// copies checked module files from the host's module cache (a file
+		// proxy, no network, no version control), and compiles nothing.
+		if mod.hasGoMod {
+			args := mod.args("mod", "download")
+			cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+			cmd := exec.CommandContext(cctx, "go", args...)
+			cmd.Dir = o.Tree
+			cmd.Env = append(env, "GOPROXY="+hostModuleProxy(ctx, getenv), "GOVCS=*:off", "TMPDIR="+os.TempDir())
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			cmd.WaitDelay = 5 * time.Second
+			t0 := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				warn(args, err, out)
+			} else {
+				done(args, t0)
+			}
+			cancel()
+		}
+		// Compiling runs in the sandbox: the landed tree is a worker's
+		// code, and compiling reads files (a cgo preamble's .incbin, a
+		// replace with a host path) into the objects every later command
+		// sees. The whole tree is the sandbox's folder (a module may
+		// replace another with a relative path); go -C enters the module.
+		for _, args := range [][]string{mod.args("build", "./..."), mod.args("vet", "./..."), mod.args("test", "-exec=/bin/true", "-run=^$", "-count=1", "./...")} {
+			t0 := time.Now()
+			r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
+			switch {
+			case err != nil:
+				warn(args, err, r.Output)
+			case r.ExitCode != 0:
+				warn(args, fmt.Errorf("exit status %d", r.ExitCode), r.Output)
+			default:
+				done(args, t0)
+			}
+		}
+		if ctx.Err() != nil {
+			break
 		}
 	}
 	if ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -88,4 +89,108 @@ func goEnv(t *testing.T, name string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// TestGoModules: the modules a warming compiles are every go.mod's folder
+// the go command would see, the root first; no link is followed and the
+// folders go skips are skipped.
+func TestGoModules(t *testing.T) {
+	tree := t.TempDir()
+	for _, p := range []string{"go.mod", "tools/go.mod", "a/b/go.mod", "vendor/x/go.mod", "testdata/m/go.mod", ".hidden/go.mod", "_old/go.mod", "node_modules/m/go.mod", "notamod/go.sum"} {
+		writeFile(t, filepath.Join(tree, p), "module m\n", 0o644)
+	}
+	os.Mkdir(filepath.Join(tree, "dirmod"), 0o755)
+	os.Mkdir(filepath.Join(tree, "dirmod", "go.mod"), 0o755) // a folder named go.mod
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "go.mod"), "module outside\n", 0o644)
+	os.Symlink(outside, filepath.Join(tree, "linked"))                                     // a link to a module folder
+	os.Mkdir(filepath.Join(tree, "linkmod"), 0o755)                                        //
+	os.Symlink(filepath.Join(outside, "go.mod"), filepath.Join(tree, "linkmod", "go.mod")) // a go.mod that is a link
+	mods, skipped := goModules(tree)
+	var got []string
+	for _, m := range mods {
+		got = append(got, strings.Join(m.args("build"), " "))
+	}
+	if want := "build|-C a/b build|-C tools build"; strings.Join(got, "|") != want || skipped != 0 {
+		t.Errorf("modules %q (skipped %d), want %q", got, skipped, want)
+	}
+
+	// Only a go.work at the root: the root is warmed (workspace mode).
+	work := t.TempDir()
+	writeFile(t, filepath.Join(work, "go.work"), "go 1.22\n\nuse ./m\n", 0o644)
+	writeFile(t, filepath.Join(work, "m", "go.mod"), "module m\n", 0o644)
+	mods, _ = goModules(work)
+	if len(mods) != 2 || mods[0].dir != "." || mods[0].hasGoMod || mods[1].dir != "m" {
+		t.Errorf("go.work tree: %+v", mods)
+	}
+
+	// A tree with more modules than a warming compiles: the first ones, and
+	// the rest counted.
+	many := t.TempDir()
+	for i := range maxWarmModules + 3 {
+		writeFile(t, filepath.Join(many, fmt.Sprintf("m%02d", i), "go.mod"), "module m\n", 0o644)
+	}
+	mods, skipped = goModules(many)
+	if len(mods) != maxWarmModules || skipped != 3 || mods[0].dir != "m00" {
+		t.Errorf("many modules: %d warmed, %d skipped, first %+v", len(mods), skipped, mods[0])
+	}
+}
+
+// TestWarmGoWarmsEveryModule: a repository whose gates build a module in a
+// subfolder gets that module compiled into the warm cache too (it used to
+// warm only a go.mod at the root); a module under testdata is not.
+func TestWarmGoWarmsEveryModule(t *testing.T) {
+	base := worktree(t)
+	tree := filepath.Join(base, "tree")
+	mark := func(name string) string {
+		b := make([]byte, 8)
+		rand.Read(b)
+		return "WARM-" + name + "-" + hex.EncodeToString(b)
+	}
+	root, sub, skipped := mark("root"), mark("sub"), mark("testdata")
+	for p, body := range map[string]string{
+		"go.mod":                         "module example.com/root\n\ngo 1.22\n",
+		"r/r.go":                         "package r\n\nconst Marker = \"" + root + "\"\n",
+		"tools/lint/go.mod":              "module example.com/lint\n\ngo 1.22\n",
+		"tools/lint/check/check.go":      "package check\n\nconst Marker = \"" + sub + "\"\n",
+		"testdata/fixture/go.mod":        "module example.com/fixture\n\ngo 1.22\n",
+		"testdata/fixture/fix/fix.go":    "package fix\n\nconst Marker = \"" + skipped + "\"\n",
+		"tools/lint/check/check_test.go": "package check\n\nimport \"testing\"\n\nfunc TestMarker(t *testing.T) { _ = Marker }\n",
+	} {
+		writeFile(t, filepath.Join(tree, p), body, 0o644)
+	}
+	env := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
+	var log bytes.Buffer
+	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return env[k] }, Sandbox: Options{GoCache: filepath.Join(base, "warm")}, Log: &log, Label: "modules"})
+	if err != nil {
+		t.Fatalf("warming: %v\n%s", err, log.String())
+	}
+	if len(res.Warnings) > 0 {
+		t.Errorf("warnings: %q\n%s", res.Warnings, log.String())
+	}
+	found := map[string]bool{}
+	err = filepath.WalkDir(filepath.Join(res.Dir, "gocache"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		for _, m := range []string{root, sub, skipped} {
+			if bytes.Contains(b, []byte(m)) {
+				found[m] = true
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !found[root] || !found[sub] {
+		t.Errorf("compiled into the cache: root module %v, tools/lint module %v; want both\n%s", found[root], found[sub], log.String())
+	}
+	if found[skipped] {
+		t.Error("a module under testdata was compiled")
+	}
+	if !strings.Contains(log.String(), "go -C tools/lint test") {
+		t.Errorf("the sub-module's test binaries were not linked:\n%s", log.String())
+	}
 }
