@@ -175,7 +175,7 @@ func TestLoopDoneBeforeTheFinish(t *testing.T) {
 	opts.LoopDone = func() {
 		calls++
 		asked = len(m.requests())
-		if st, err := loadState(sessionDir(opts.Config, opts.Task.Workspace, opts.Task.Session)); err == nil && st != nil {
+		if st, _, err := loadState(sessionDir(opts.Config, opts.Task.Workspace, opts.Task.Session)); err == nil && st != nil {
 			savedStep = st.Step
 		}
 		dir := runrec.Dir(filepath.Join(f.data, "runs", opts.RunID))

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -224,23 +223,30 @@ func sessionDir(cfg conductor.Config, workspace, session string) string {
 	return filepath.Join(cfg.DataRoot, "sessions", workspace, session)
 }
 
-func loadState(dir string) (*sessionState, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "state.json"))
+// loadState reads a session's state and the number of its last save (0
+// for a state written before saves were numbered); nil when the session
+// has none.
+func loadState(dir string) (*sessionState, int64, error) {
+	b, seq, err := runrec.ReadVersioned(filepath.Join(dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, fmt.Errorf("session state %s: %w", dir, err)
 	}
 	var s sessionState
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("session state %s: %w", dir, err)
+		return nil, 0, fmt.Errorf("session state %s: %w", dir, err)
 	}
-	return &s, nil
+	return &s, seq, nil
 }
 
-// writeState replaces dir's state.json with b, crash-safely (a variable:
-// the tests hold it back or fail it).
-var writeState = func(dir string, b []byte) error {
-	return runrec.ReplaceFile(filepath.Join(dir, "state.json"), b, 0o600)
+// stateFile is the session state's file in its folder; its sibling
+// ".state.json.next" holds the save before (runrec.WriteVersioned).
+const stateFile = "state.json"
+
+// writeState makes save seq of the session state (b) durable: one fsync
+// (runrec.WriteVersioned). A variable: the tests hold it back or fail it.
+var writeState = func(dir string, seq int64, b []byte) error {
+	return runrec.WriteVersioned(filepath.Join(dir, stateFile), seq, b, 0o600)
 }

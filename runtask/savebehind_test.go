@@ -22,7 +22,7 @@ func holdStateWrites(t *testing.T, hook func(st sessionState) error) {
 	t.Helper()
 	orig := writeState
 	t.Cleanup(func() { writeState = orig })
-	writeState = func(dir string, b []byte) error {
+	writeState = func(dir string, seq int64, b []byte) error {
 		var st sessionState
 		if err := json.Unmarshal(b, &st); err != nil {
 			return err
@@ -30,7 +30,7 @@ func holdStateWrites(t *testing.T, hook func(st sessionState) error) {
 		if err := hook(st); err != nil {
 			return err
 		}
-		return orig(dir, b)
+		return orig(dir, seq, b)
 	}
 }
 

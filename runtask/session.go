@@ -214,7 +214,8 @@ type runner struct {
 	knownChanges bool
 	// saving: a step's save still being made durable while the next model
 	// request is out (saveBehind); settle waits for it.
-	saving behind[error]
+	saving   behind[error]
+	stateSeq int64 // the number of the session state's last save (writeState)
 	// The other writes still being made while the run goes on: the
 	// start's store row and event (recordStart, settleStart) and a
 	// checkpoint (checkpointBehind, settleCheckpoint).
@@ -336,7 +337,7 @@ func (r *runner) run(ctx context.Context, resumeID string) (res runrec.Result, e
 			return prev, r.claim(ctx)
 		}
 	}
-	r.state, err = loadState(r.sessDir)
+	r.state, r.stateSeq, err = loadState(r.sessDir)
 	if err != nil {
 		return res, err
 	}
@@ -1064,6 +1065,8 @@ func (r *runner) stateWrite() (func() error, error) {
 		return nil, err
 	}
 	log, dir := r.log, r.sessDir
+	r.stateSeq++
+	seq := r.stateSeq
 	var files []*os.File // the step's written files: durable before the lines that record them
 	if r.tb != nil {
 		files = r.tb.takeUnsynced()
@@ -1078,7 +1081,7 @@ func (r *runner) stateWrite() (func() error, error) {
 			}
 		}
 		// The folder is there: the session's lock file in it is held.
-		return writeState(dir, b)
+		return writeState(dir, seq, b)
 	}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/conductor-dev/conductor/conductor/bus"
 	"github.com/conductor-dev/conductor/conductor/queue"
+	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/conductor/testenv"
 	"github.com/conductor-dev/conductor/runtask/fakellm"
 )
@@ -164,7 +165,7 @@ func everyRunSaved(home string) bool {
 	saved := map[string]bool{}
 	states, _ := filepath.Glob(filepath.Join(home, "data", "sessions", "*", "*", "state.json"))
 	for _, p := range states {
-		b, err := os.ReadFile(p)
+		b, _, err := runrec.ReadVersioned(p)
 		var st struct {
 			RunID string `json:"runId"`
 		}
