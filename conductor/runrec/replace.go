@@ -174,6 +174,9 @@ func decodeVersioned(raw []byte) (data []byte, version int64, legacy bool, err e
 		return nil, 0, false, fmt.Errorf("not whole JSON (a torn write?): %w", err)
 	}
 	if v.SHA256 == "" && v.Data == nil {
+		if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+			return nil, 0, false, errors.New("not a JSON object")
+		}
 		return raw, 0, true, nil
 	}
 	sum := sha256.Sum256(v.Data)

@@ -76,6 +76,7 @@ func TestVersionedSurvivesEveryCrashState(t *testing.T) {
 		{"legacy state, the first versioned write in the sibling", []byte(`{"version":1,"step":3}`), v(1), 1},
 		{"both torn", torn(3), torn(4), -1},
 		{"sibling alone", nil, v(4), 4},
+		{"not an object", []byte("null"), nil, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "state.json")

@@ -932,13 +932,16 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		"GOENV=off", "GOSUMDB=off", "GOTOOLCHAIN=local",
 	)
 	var warnings []string
-	warn := func(args []string, err error, out []byte) {
+	// report logs a go command's end: its time, or its failure as a
+	// warning.
+	report := func(args []string, t0 time.Time, err error, out []byte) {
+		if err == nil {
+			fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
+			return
+		}
 		w := fmt.Sprintf("go %s: %v: %s", strings.Join(args, " "), err, lastLine(out))
 		warnings = append(warnings, w)
 		fmt.Fprintln(o.Log, "conductor: warm:", w)
-	}
-	done := func(args []string, t0 time.Time) {
-		fmt.Fprintf(o.Log, "conductor: warm: go %s (%.1fs)\n", strings.Join(args, " "), time.Since(t0).Seconds())
 	}
 	// Every module of the tree is warmed, the root's first: a repository
 	// with modules in subfolders (or a go.work at its root) has gates that
@@ -955,46 +958,15 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		warnings = append(warnings, none)
 		fmt.Fprintln(o.Log, "conductor: warm:", none)
 	}
+	var proxy string
+	if len(mods) > 0 {
+		proxy = hostModuleProxy(ctx, getenv)
+	}
 	for _, mod := range mods {
-		// Downloading runs on the host: it reads go.mod and go.sum and
-		// copies checked module files from the host's module cache (a file
-		// proxy, no network, no version control), and compiles nothing.
-		if mod.hasGoMod {
-			args := mod.args("mod", "download")
-			cctx, cancel := context.WithTimeout(ctx, o.Timeout)
-			cmd := exec.CommandContext(cctx, "go", args...)
-			cmd.Dir = o.Tree
-			cmd.Env = append(env, "GOPROXY="+hostModuleProxy(ctx, getenv), "GOVCS=*:off", "TMPDIR="+os.TempDir())
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			cmd.WaitDelay = 5 * time.Second
-			t0 := time.Now()
-			if out, err := cmd.CombinedOutput(); err != nil {
-				warn(args, err, out)
-			} else {
-				done(args, t0)
-			}
-			cancel()
-		}
-		// Compiling runs in the sandbox: the landed tree is a worker's
-		// code, and compiling reads files (a cgo preamble's .incbin, a
-		// replace with a host path) into the objects every later command
-		// sees. The whole tree is the sandbox's folder (a module may
-		// replace another with a relative path); go -C enters the module.
-		for _, args := range [][]string{mod.args("build", "./..."), mod.args("vet", "./..."), mod.args("test", "-exec=/bin/true", "-run=^$", "-count=1", "./...")} {
-			t0 := time.Now()
-			r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
-			switch {
-			case err != nil:
-				warn(args, err, r.Output)
-			case r.ExitCode != 0:
-				warn(args, fmt.Errorf("exit status %d", r.ExitCode), r.Output)
-			default:
-				done(args, t0)
-			}
-		}
 		if ctx.Err() != nil {
 			break
 		}
+		warmModule(ctx, o, box, env, proxy, stage, mod, report)
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -1100,6 +1072,40 @@ func pruneGens(root, keep string) []string {
 	}
 	sort.Strings(removed)
 	return removed
+}
+
+// warmModule downloads mod's modules and compiles it into the stage's
+// caches, reporting each go command's end.
+func warmModule(ctx context.Context, o WarmOptions, box Sandbox, env []string, proxy, stage string, mod goModule, report func(args []string, t0 time.Time, err error, out []byte)) {
+	// Downloading runs on the host: it reads go.mod and go.sum and copies
+	// checked module files from the host's module cache (a file proxy, no
+	// network, no version control), and compiles nothing.
+	if mod.hasGoMod {
+		args := mod.args("mod", "download")
+		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		cmd := exec.CommandContext(cctx, "go", args...)
+		cmd.Dir = o.Tree
+		cmd.Env = append(env, "GOPROXY="+proxy, "GOVCS=*:off", "TMPDIR="+os.TempDir())
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.WaitDelay = 5 * time.Second
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		cancel()
+		report(args, t0, err, out)
+	}
+	// Compiling runs in the sandbox: the landed tree is a worker's code,
+	// and compiling reads files (a cgo preamble's .incbin, a replace with a
+	// host path) into the objects every later command sees. The whole tree
+	// is the sandbox's folder (a module may replace another with a relative
+	// path); go -C enters the module.
+	for _, args := range [][]string{mod.args("build", "./..."), mod.args("vet", "./..."), mod.args("test", "-exec=/bin/true", "-run=^$", "-count=1", "./...")} {
+		t0 := time.Now()
+		r, err := box.Run(ctx, Spec{Dir: o.Tree, Scratch: stage, Argv: append([]string{"go"}, args...), Env: env, Timeout: o.Timeout, OutputLimit: 1 << 20})
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("exit status %d", r.ExitCode)
+		}
+		report(args, t0, err, r.Output)
+	}
 }
 
 // hostModuleProxy is GOPROXY for warming: the host's module cache as a file
