@@ -152,9 +152,9 @@ func ReadVersioned(path string) (data []byte, version int64, err error) {
 
 // The envelope: {"seq":N,"sha256":"<hex of data>","data":<data>}.
 type versioned struct {
-	Seq     *int64          `json:"seq"`
-	SHA256  string          `json:"sha256"`
-	Data    json.RawMessage `json:"data"`
+	Seq    *int64          `json:"seq"`
+	SHA256 string          `json:"sha256"`
+	Data   json.RawMessage `json:"data"`
 }
 
 func encodeVersioned(version int64, data []byte) []byte {
