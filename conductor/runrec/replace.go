@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // ReplaceFile is WriteFileAtomic for a file rewritten again and again (a
@@ -29,7 +30,7 @@ func ReplaceFile(path string, data []byte, perm os.FileMode) error {
 	// Overwritten in place, then cut to length: truncating first would
 	// free the blocks the write allocates again (twice the CPU per write
 	// here). A torn next is never read: path still holds the last version.
-	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE, perm)
+	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, perm)
 	if err != nil {
 		return WriteFileAtomic(path, data, perm)
 	}
@@ -81,7 +82,7 @@ func WriteVersioned(path string, version int64, data []byte, perm os.FileMode) e
 	}
 	next := NextPath(path)
 	_, statErr := os.Lstat(next)
-	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE, perm)
+	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, perm)
 	if err != nil {
 		return WriteFileAtomic(path, body, perm)
 	}

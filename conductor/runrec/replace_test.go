@@ -135,3 +135,36 @@ func TestWriteVersioned(t *testing.T) {
 		t.Fatalf("%d inodes for 12 versions, want 2", len(inodes))
 	}
 }
+
+// TestReplaceFollowsNoLink: a sibling that is a link (planted, or left by
+// anything) is never written through: the file it points at stays as it
+// was, and the write still lands.
+func TestReplaceFollowsNoLink(t *testing.T) {
+	for name, write := range map[string]func(path string, i int64) error{
+		"ReplaceFile":    func(path string, i int64) error { return ReplaceFile(path, fmt.Appendf(nil, `{"i":%d}`, i), 0o600) },
+		"WriteVersioned": func(path string, i int64) error { return WriteVersioned(path, i, fmt.Appendf(nil, `{"i":%d}`, i), 0o600) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "state.json")
+			victim := filepath.Join(t.TempDir(), "victim")
+			os.WriteFile(victim, []byte("untouched"), 0o600)
+			if err := write(path, 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, NextPath(path)); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(path, 2); err != nil {
+				t.Fatal(err)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "untouched" {
+				t.Fatalf("written through the link: the victim holds %q", b)
+			}
+			got, err := os.ReadFile(path)
+			if err != nil || !strings.Contains(string(got), `{"i":2}`) {
+				t.Fatalf("the write did not land: %q, %v", got, err)
+			}
+		})
+	}
+}
