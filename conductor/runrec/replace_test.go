@@ -141,8 +141,10 @@ func TestWriteVersioned(t *testing.T) {
 // was, and the write still lands.
 func TestReplaceFollowsNoLink(t *testing.T) {
 	for name, write := range map[string]func(path string, i int64) error{
-		"ReplaceFile":    func(path string, i int64) error { return ReplaceFile(path, fmt.Appendf(nil, `{"i":%d}`, i), 0o600) },
-		"WriteVersioned": func(path string, i int64) error { return WriteVersioned(path, i, fmt.Appendf(nil, `{"i":%d}`, i), 0o600) },
+		"ReplaceFile": func(path string, i int64) error { return ReplaceFile(path, fmt.Appendf(nil, `{"i":%d}`, i), 0o600) },
+		"WriteVersioned": func(path string, i int64) error {
+			return WriteVersioned(path, i, fmt.Appendf(nil, `{"i":%d}`, i), 0o600)
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
