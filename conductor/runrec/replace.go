@@ -23,13 +23,24 @@ import (
 // moment path holds one complete version, the old or the new. Where the
 // exchange is not supported it falls back to WriteFileAtomic.
 func ReplaceFile(path string, data []byte, perm os.FileMode) error {
-	next := NextPath(path)
+	return swapIn(path, data, perm, true)
+}
+
+// swapIn writes data over path's sibling in place and exchanges the two
+// names (ReplaceFile, WriteVersioned). syncEach fsyncs the folder after
+// every exchange, so that path names the new version on disk; without it
+// the folder is fsynced only when the sibling is made. The first write of
+// path, a sibling that cannot be opened (a link is never followed) and a
+// system without the exchange fall back to WriteFileAtomic.
+func swapIn(path string, data []byte, perm os.FileMode, syncEach bool) error {
 	if _, err := os.Lstat(path); err != nil {
 		return WriteFileAtomic(path, data, perm)
 	}
+	next := NextPath(path)
+	_, statErr := os.Lstat(next)
 	// Overwritten in place, then cut to length: truncating first would
 	// free the blocks the write allocates again (twice the CPU per write
-	// here). A torn next is never read: path still holds the last version.
+	// here).
 	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, perm)
 	if err != nil {
 		return WriteFileAtomic(path, data, perm)
@@ -50,10 +61,19 @@ func ReplaceFile(path string, data []byte, perm os.FileMode) error {
 	if err != nil {
 		return err
 	}
+	if statErr != nil && !syncEach {
+		// A new name: durable before the exchange can move a version to it.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			return err
+		}
+	}
 	if err := exchange(next, path); err != nil {
 		return WriteFileAtomic(path, data, perm)
 	}
-	return syncDir(filepath.Dir(path))
+	if syncEach {
+		return syncDir(filepath.Dir(path))
+	}
+	return nil
 }
 
 // NextPath is the sibling ReplaceFile keeps beside path (remove it with
@@ -76,42 +96,7 @@ func NextPath(path string) string {
 // overwrite (a torn file) keeps the one before. The folder is fsynced only
 // when a name is made (the first write of path, the first of its sibling).
 func WriteVersioned(path string, version int64, data []byte, perm os.FileMode) error {
-	body := encodeVersioned(version, data)
-	if _, err := os.Lstat(path); err != nil {
-		return WriteFileAtomic(path, body, perm)
-	}
-	next := NextPath(path)
-	_, statErr := os.Lstat(next)
-	f, err := os.OpenFile(next, os.O_WRONLY|os.O_CREATE|syscall.O_NOFOLLOW, perm)
-	if err != nil {
-		return WriteFileAtomic(path, body, perm)
-	}
-	_, err = f.WriteAt(body, 0)
-	if err == nil {
-		err = f.Truncate(int64(len(body)))
-	}
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if statErr != nil {
-		// A new name: durable before the exchange can move a version to it.
-		if err := syncDir(filepath.Dir(path)); err != nil {
-			return err
-		}
-	}
-	if err := exchange(next, path); err != nil {
-		return WriteFileAtomic(path, body, perm)
-	}
-	return nil
+	return swapIn(path, encodeVersioned(version, data), perm, false)
 }
 
 // ReadVersioned returns the newest whole version WriteVersioned left at

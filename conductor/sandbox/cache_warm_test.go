@@ -60,14 +60,9 @@ func warmLanded(t *testing.T, secret, gomod string, files map[string]string) {
 	for p, body := range files {
 		writeFile(t, filepath.Join(tree, p), body, 0o644)
 	}
-	env := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
-	var log bytes.Buffer
-	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return env[k] }, Sandbox: Options{GoCache: filepath.Join(base, "warm")}, Log: &log, Label: "landed"})
-	if err != nil {
-		t.Fatalf("warming: %v\n%s", err, log.String())
-	}
+	res, log := warmTree(t, base, tree, "landed")
 	t.Logf("warming's log:\n%s", log.String())
-	err = filepath.WalkDir(res.Dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(res.Dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
@@ -80,6 +75,19 @@ func warmLanded(t *testing.T, secret, gomod string, files map[string]string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// warmTree warms a new cache under base from tree (no host module cache)
+// and returns the result and the warming's log; a failed warming fails t.
+func warmTree(t *testing.T, base, tree, label string) (WarmResult, *bytes.Buffer) {
+	t.Helper()
+	env := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
+	var log bytes.Buffer
+	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return env[k] }, Sandbox: Options{GoCache: filepath.Join(base, "warm")}, Log: &log, Label: label})
+	if err != nil {
+		t.Fatalf("warming: %v\n%s", err, log.String())
+	}
+	return res, &log
 }
 
 func goEnv(t *testing.T, name string) string {
@@ -159,17 +167,12 @@ func TestWarmGoWarmsEveryModule(t *testing.T) {
 	} {
 		writeFile(t, filepath.Join(tree, p), body, 0o644)
 	}
-	env := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": filepath.Join(base, "no-host-modcache")}
-	var log bytes.Buffer
-	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return env[k] }, Sandbox: Options{GoCache: filepath.Join(base, "warm")}, Log: &log, Label: "modules"})
-	if err != nil {
-		t.Fatalf("warming: %v\n%s", err, log.String())
-	}
+	res, log := warmTree(t, base, tree, "modules")
 	if len(res.Warnings) > 0 {
 		t.Errorf("warnings: %q\n%s", res.Warnings, log.String())
 	}
 	found := map[string]bool{}
-	err = filepath.WalkDir(filepath.Join(res.Dir, "gocache"), func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(res.Dir, "gocache"), func(p string, d fs.DirEntry, err error) error {
 		if err != nil || !d.Type().IsRegular() {
 			return err
 		}
