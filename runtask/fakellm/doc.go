@@ -40,6 +40,7 @@
 //	  "expectLast": ["substring", ...],        // ... in its last message
 //	  "forbid": ["sk-secret", ...],            // ... and must not contain these
 //	  "latencyMs": 50,                         // the answer starts 50 ms after the request arrived
+//	  "streamMs": 10,                          // ... and is generated over 10 ms more: streamed, its events spread over them
 //	  "content": "text",
 //	  "toolCalls": [{"id": "call_1", "name": "read_file", "arguments": {"path": "a.go"}}],
 //	  "finishReason": "tool_calls",            // default: tool_calls with calls, else stop; "null" sends null

@@ -297,6 +297,7 @@ func TestParseErrorsNameThePath(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{`[{"content":"a","toolCalls":[{"nmae":"x"}]}]`, `turns[0].toolCalls[0]: unknown field "nmae"`},
 		{`{"turns":[{"latencyMs":"5"}]}`, `turns[0].latencyMs: want an integer, got a JSON string`},
+		{`{"turns":[{"content":"a"},{"streamMs":-1}]}`, `turns[1].streamMs: must not be negative`},
 		{`{"turns":[{"quirks":["bogus"]}]}`, `turns[0].quirks: unknown quirk "bogus"`},
 		{`{"turns":[{"error":{"status":200}}]}`, `turns[0].error.status: 200 is not an HTTP error status`},
 		{`{"turns":[{"error":{"status":429},"content":"x"}]}`, `turns[0]: an error turn has no content`},

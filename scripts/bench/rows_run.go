@@ -250,17 +250,21 @@ func (b *bench) rowQueue() error {
 		return err
 	}
 	defer stopRedis()
+	// Each call takes 50 ms from the request's arrival to the end of its
+	// answer, as a server generating tokens: the first event at 40 ms, the
+	// rest streamed over the last 10.
+	const modelTime = `"latencyMs": 40, "streamMs": 10`
 	var turns []string
 	for i := 0; i < b.sz.queueSteps; i++ { // every call differs (the stuck-loop stop ends repeats)
 		if i%2 == 0 {
-			turns = append(turns, fmt.Sprintf(`{"latencyMs": 50, "toolCalls": [{"name": "write_file", "arguments": {"path": "notes/n%d.md", "content": "step %d\n"}}]}`, i, i))
+			turns = append(turns, fmt.Sprintf(`{%s, "toolCalls": [{"name": "write_file", "arguments": {"path": "notes/n%d.md", "content": "step %d\n"}}]}`, modelTime, i, i))
 		} else {
-			turns = append(turns, fmt.Sprintf(`{"latencyMs": 50, "toolCalls": [{"name": "read_file", "arguments": {"path": "notes/n%d.md"}}]}`, i-1))
+			turns = append(turns, fmt.Sprintf(`{%s, "toolCalls": [{"name": "read_file", "arguments": {"path": "notes/n%d.md"}}]}`, modelTime, i-1))
 		}
 	}
 	// The model keeps no request bodies: thousands of conversations in
 	// memory would cost the machine the row measures.
-	script, err := fakellm.Parse([]byte(`{"mode": "history", "forgetBodies": true, "turns": [` + strings.Join(turns, ",") + `], "final": {"latencyMs": 50, "content": "done"}}`))
+	script, err := fakellm.Parse([]byte(`{"mode": "history", "forgetBodies": true, "turns": [` + strings.Join(turns, ",") + `], "final": {` + modelTime + `, "content": "done"}}`))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package modelscript
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -319,12 +320,13 @@ func (h *Handler) AtPeak() []RecordedRequest {
 	return out
 }
 
-// answerDelay is how long after now the answer of a request that arrived
-// at arrived starts, for a turn of latencyMs: the latency runs from the
-// arrival, so the fake's own reading, decoding and checking of the request
-// count inside it, as a real server's work does.
-func answerDelay(arrived time.Time, latencyMs int, now time.Time) time.Duration {
-	return max(0, arrived.Add(time.Duration(latencyMs)*time.Millisecond).Sub(now))
+// answerAt is when the part frac (0: the start, 1: the end) of the answer
+// to a request that arrived at arrived is due, for turn t: the latency runs
+// from the arrival, so the fake's own reading, decoding and checking of the
+// request count inside it, as a real server's work does; the answer's
+// generation (streamMs) follows it.
+func answerAt(arrived time.Time, t Turn, frac float64) time.Time {
+	return arrived.Add(time.Duration(t.LatencyMs)*time.Millisecond + time.Duration(frac*float64(t.StreamMs)*float64(time.Millisecond)))
 }
 
 // record stores rec and gives it its index; with ForgetBodies the stored
@@ -392,14 +394,8 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	rec.Turn = idx
 	h.check(rec, idx, turn, &req, body)
 
-	if turn.LatencyMs > 0 {
-		t := time.NewTimer(answerDelay(rec.Start, turn.LatencyMs, time.Now()))
-		select {
-		case <-t.C:
-		case <-r.Context().Done():
-			t.Stop()
-			return 499 // client gone; nothing to write
-		}
+	if !sleepUntil(r.Context(), answerAt(rec.Start, turn, 0)) {
+		return 499 // client gone; nothing to write
 	}
 	if turn.IsError() {
 		e := turn.Error
@@ -416,12 +412,39 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 		return http.StatusOK
 	}
 	resp := h.render(rec.Index, idx, turn, len(body))
+	// The answer is generated over streamMs after its start: streamed, its
+	// events are spread evenly over that time; whole, it comes at the end.
 	if req.Stream {
-		writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		var wait func(k, n int) bool
+		if turn.StreamMs > 0 {
+			wait = func(k, n int) bool {
+				return sleepUntil(r.Context(), answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))))
+			}
+		}
+		writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, wait)
 		return http.StatusOK
+	}
+	if !sleepUntil(r.Context(), answerAt(rec.Start, turn, 1)) {
+		return 499
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return http.StatusOK
+}
+
+// sleepUntil waits until t; it returns false if ctx ends first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return true
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // pick chooses the turn answering req and marks it served.

@@ -93,6 +93,11 @@ type Turn struct {
 	// LatencyMs is how long after the request arrived its answer starts
 	// (the fake's own work on the request counts inside it).
 	LatencyMs int `json:"latencyMs,omitempty"`
+	// StreamMs is how long the answer takes from its start to its end, as
+	// a server generating tokens: a streamed answer's events are spread
+	// evenly over it (the last at latencyMs + streamMs after the arrival);
+	// a whole answer comes at the end. 0: all at once.
+	StreamMs int `json:"streamMs,omitempty"`
 
 	Content   string     `json:"content,omitempty"`
 	ToolCalls []ToolCall `json:"toolCalls,omitempty"`
@@ -230,6 +235,9 @@ func (s *Script) Validate() error {
 func (t Turn) validate(path string) error {
 	if t.LatencyMs < 0 {
 		return fmt.Errorf("%s.latencyMs: must not be negative", path)
+	}
+	if t.StreamMs < 0 {
+		return fmt.Errorf("%s.streamMs: must not be negative", path)
 	}
 	for _, q := range t.Quirks {
 		if !knownQuirks[q] {

@@ -19,36 +19,52 @@ const streamPiece = 7
 // chunk without choices when the request asked for it (include_usage), then
 // "data: [DONE]". resp is the answer render made, quirks included: what a
 // quirk leaves out (ids, type, usage) is left out of the chunks too.
-func writeStream(w http.ResponseWriter, resp map[string]any, includeUsage bool) {
+//
+// Each event is flushed on its own. wait, when not nil, is called before
+// event k of n is written and paces the stream as a server generating
+// tokens does; it returns false when the client has gone, and the stream
+// stops there.
+func writeStream(w http.ResponseWriter, resp map[string]any, includeUsage bool, wait func(k, n int) bool) {
+	events := streamEvents(resp, includeUsage)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
-	choice := resp["choices"].([]map[string]any)[0]
-	msg := choice["message"].(map[string]any)
-	send := func(delta map[string]any, finish any, extra map[string]any) {
-		chunk := map[string]any{
-			"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
-			"model": resp["model"], "system_fingerprint": resp["system_fingerprint"],
-			"choices": []map[string]any{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}},
+	for k, ev := range events {
+		if wait != nil && !wait(k, len(events)) {
+			return
 		}
-		for k, v := range extra {
-			chunk[k] = v
-		}
-		b, _ := json.Marshal(chunk)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+		w.Write(ev)
 		if flusher != nil {
 			flusher.Flush()
 		}
 	}
-	send(map[string]any{"role": "assistant", "content": ""}, nil, nil)
+}
+
+// streamEvents is the answer's server-sent events, in order, each a whole
+// "data: ...\n\n" line.
+func streamEvents(resp map[string]any, includeUsage bool) [][]byte {
+	var events [][]byte
+	add := func(chunk any) {
+		b, _ := json.Marshal(chunk)
+		events = append(events, fmt.Appendf(nil, "data: %s\n\n", b))
+	}
+	choice := resp["choices"].([]map[string]any)[0]
+	msg := choice["message"].(map[string]any)
+	send := func(delta map[string]any, finish any) {
+		add(map[string]any{
+			"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
+			"model": resp["model"], "system_fingerprint": resp["system_fingerprint"],
+			"choices": []map[string]any{{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}},
+		})
+	}
+	send(map[string]any{"role": "assistant", "content": ""}, nil)
 	if content, _ := msg["content"].(string); content != "" {
 		for _, piece := range pieces(content) {
-			send(map[string]any{"content": piece}, nil, nil)
+			send(map[string]any{"content": piece}, nil)
 		}
 	}
 	if fc, ok := msg["function_call"]; ok {
-		send(map[string]any{"function_call": fc}, nil, nil)
+		send(map[string]any{"function_call": fc}, nil)
 	}
 	calls, _ := msg["tool_calls"].([]map[string]any)
 	for j, call := range calls {
@@ -65,24 +81,19 @@ func writeStream(w http.ResponseWriter, resp map[string]any, includeUsage bool) 
 			first["function"] = map[string]any{"name": fn["name"], "arguments": fn["arguments"]}
 			args = ""
 		}
-		send(map[string]any{"tool_calls": []map[string]any{first}}, nil, nil)
+		send(map[string]any{"tool_calls": []map[string]any{first}}, nil)
 		for _, piece := range pieces(args) {
-			send(map[string]any{"tool_calls": []map[string]any{{"index": j, "function": map[string]any{"arguments": piece}}}}, nil, nil)
+			send(map[string]any{"tool_calls": []map[string]any{{"index": j, "function": map[string]any{"arguments": piece}}}}, nil)
 		}
 	}
-	send(map[string]any{}, choice["finish_reason"], nil)
+	send(map[string]any{}, choice["finish_reason"])
 	if usage, ok := resp["usage"]; ok && includeUsage {
-		chunk := map[string]any{
+		add(map[string]any{
 			"id": resp["id"], "object": "chat.completion.chunk", "created": resp["created"],
 			"model": resp["model"], "choices": []any{}, "usage": usage,
-		}
-		b, _ := json.Marshal(chunk)
-		fmt.Fprintf(w, "data: %s\n\n", b)
+		})
 	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
+	return append(events, []byte("data: [DONE]\n\n"))
 }
 
 // pieces cuts s into chunks of about streamPiece bytes on rune boundaries.
