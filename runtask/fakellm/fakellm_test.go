@@ -381,7 +381,7 @@ func TestForgetBodies(t *testing.T) {
 	if r.Body != nil || r.Raw != nil || r.RawText != "" || r.Header != nil {
 		t.Errorf("forgetBodies kept the request: body %v, raw %q, header %v", r.Body, r.RawText, r.Header)
 	}
-	if r.Status != http.StatusOK || r.Turn != 0 || r.Path != "/v1/chat/completions" || r.Start.IsZero() || r.End.IsZero() {
+	if r.Status != http.StatusOK || r.Turn != 0 || r.Path != "/v1/chat/completions" || r.Start.IsZero() || r.End.IsZero() || r.Size != len(userReq) {
 		t.Errorf("forgetBodies lost the request's facts: %+v", r)
 	}
 	// The turn's checks still read the body: the forbidden system prompt

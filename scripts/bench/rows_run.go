@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -475,6 +477,17 @@ func (b *bench) rowQueue() error {
 	if err != nil {
 		return err
 	}
+	// The measured floor: the same conversations on the same lanes from a
+	// bare client, its first request the size of conductor's.
+	var floorTook []time.Duration
+	plain := newPlainClient(llm.URL(), b.sz.queueSteps, workers, firstRequestSize(llm.Requests()[asked:]))
+	for i := 0; i < b.sz.queueBursts; i++ {
+		d, err := plain.burst(b.ctx, b.sz.queueJobs)
+		if err != nil {
+			return err
+		}
+		floorTook = append(floorTook, d)
+	}
 	// After the bursts, so that doctor's own probes (bwrap, docker) take
 	// nothing from them.
 	fsCell := b.dataRootFS(env)
@@ -506,6 +519,9 @@ func (b *bench) rowQueue() error {
 	med, lo, hi := stats(ratios)
 	tm, tlo, thi := stats(secs(took))
 	jobsPerSec := float64(b.sz.queueJobs) / tm
+	fm, flo, fhi := stats(secs(floorTook))
+	floorCell := fmt.Sprintf("; the same conversations from a bare go-openai client on %d lanes (no tools, records, store, queue or git; its first request %d bytes like conductor's): %s (%s–%s) per burst, %.2f× ideal, so conductor runs at **%.2f× that floor**",
+		workers, plain.firstSize, fmtDur(fm), fmtDur(flo), fmtDur(fhi), ideal.Seconds()/fm, fm/tm)
 	ownCell := "the fake's own time per call could not be read"
 	if own.n > 0 {
 		atOwn := ideal.Seconds() * own.mean / latency.Seconds() / tm // the ideal at the fake's own time
@@ -522,7 +538,7 @@ func (b *bench) rowQueue() error {
 		note: fmt.Sprintf("one `conductor worker --concurrency %d` process on a private redis-server (unix socket), fakellm over HTTP in history mode; ideal = ⌈jobs/%d⌉ × calls × 50 ms (model time only); %s; latency over %d jobs pushed one at a time into idle workers (push → the run's startedAt); such a job alone, push to its record, takes %s against %s of model time; the machine before → after the bursts: a git process %s → %s, a 4 KiB write and fsync %s → %s%s; %s",
 			workers, workers, count(b.sz.queueBursts, "burst"), len(lat), fmtDur(am), fmtDur(perJob.Seconds()),
 			fmtDur(before.exec.Seconds()), fmtDur(after.exec.Seconds()), fmtDur(before.fsync.Seconds()), fmtDur(after.fsync.Seconds()),
-			fsCell, ownCell),
+			fsCell, ownCell) + floorCell,
 	})
 	return nil
 }
@@ -552,4 +568,150 @@ func modelOwnTime(reqs []fakellm.RecordedRequest) ownTime {
 		sum += v
 	}
 	return ownTime{n: len(d), mean: sum / float64(len(d)), p50: percentile(d, 0.50), p99: percentile(d, 0.99)}
+}
+
+// plainClient is the queue row's measured floor: the same conversations
+// against the same scripted model on the same lanes, sent by a bare
+// go-openai client that does nothing between calls (no tools, records,
+// store, queue or git). What it loses against the ideal is the machine's
+// and the model's (HTTP on loopback, the fake's timers and its serving);
+// what conductor loses beyond it is conductor's.
+type plainClient struct {
+	client    *openai.Client
+	steps     int    // tool calls per conversation; one final answer follows
+	workers   int    // lanes
+	system    string // the system prompt, padded to conductor's first request's size
+	firstSize int    // the first request's size in bytes
+}
+
+func newPlainClient(url string, steps, workers, firstSize int) *plainClient {
+	cfg := openai.DefaultConfig("")
+	cfg.BaseURL = url
+	p := &plainClient{client: openai.NewClientWithConfig(cfg), steps: steps, workers: workers}
+	base := len(p.body(nil))
+	if pad := firstSize - base; pad > 0 {
+		p.system = strings.Repeat("x", pad)
+	}
+	p.firstSize = len(p.body(nil))
+	return p
+}
+
+var plainTools = []openai.Tool{
+	{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: "read_file", Description: "Read a file of the worktree.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}},
+	{Type: openai.ToolTypeFunction, Function: &openai.FunctionDefinition{Name: "write_file", Description: "Write a file of the worktree.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"},"content":{"type":"string"}},"required":["path","content"]}`)}},
+}
+
+func (p *plainClient) request(msgs []openai.ChatCompletionMessage) openai.ChatCompletionRequest {
+	return openai.ChatCompletionRequest{Model: "fake", Messages: msgs, Tools: plainTools, Stream: true,
+		StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
+}
+
+// body is the first request's JSON, to size the padding.
+func (p *plainClient) body(msgs []openai.ChatCompletionMessage) []byte {
+	if msgs == nil {
+		msgs = p.opening()
+	}
+	b, _ := json.Marshal(p.request(msgs))
+	return b
+}
+
+func (p *plainClient) opening() []openai.ChatCompletionMessage {
+	return []openai.ChatCompletionMessage{
+		{Role: openai.ChatMessageRoleSystem, Content: "You are a worker." + p.system},
+		{Role: openai.ChatMessageRoleUser, Content: "take notes"},
+	}
+}
+
+// conversation makes one job's calls, one after another, each answer read
+// to its end before the next request.
+func (p *plainClient) conversation(ctx context.Context) error {
+	msgs := p.opening()
+	for call := 0; call <= p.steps; call++ {
+		stream, err := p.client.CreateChatCompletionStream(ctx, p.request(msgs))
+		if err != nil {
+			return fmt.Errorf("plain client, call %d: %w", call+1, err)
+		}
+		reply := openai.ChatCompletionMessage{Role: openai.ChatMessageRoleAssistant}
+		var calls []openai.ToolCall
+		for {
+			chunk, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				stream.Close()
+				return fmt.Errorf("plain client, call %d: %w", call+1, err)
+			}
+			for _, c := range chunk.Choices {
+				reply.Content += c.Delta.Content
+				for _, tc := range c.Delta.ToolCalls {
+					i := 0
+					if tc.Index != nil {
+						i = *tc.Index
+					}
+					for len(calls) <= i {
+						calls = append(calls, openai.ToolCall{Type: openai.ToolTypeFunction})
+					}
+					if tc.ID != "" {
+						calls[i].ID = tc.ID
+					}
+					calls[i].Function.Name += tc.Function.Name
+					calls[i].Function.Arguments += tc.Function.Arguments
+				}
+			}
+		}
+		stream.Close()
+		reply.ToolCalls = calls
+		msgs = append(msgs, reply)
+		for _, c := range calls {
+			msgs = append(msgs, openai.ChatCompletionMessage{Role: openai.ChatMessageRoleTool, ToolCallID: c.ID, Name: c.Function.Name, Content: "ok"})
+		}
+		if call < p.steps && len(calls) == 0 {
+			return fmt.Errorf("plain client, call %d: the model answered without a tool call", call+1)
+		}
+	}
+	return nil
+}
+
+// burst runs jobs conversations on the lanes and returns how long they
+// took together.
+func (p *plainClient) burst(ctx context.Context, jobs int) (time.Duration, error) {
+	var next atomic.Int64
+	errs := make(chan error, p.workers)
+	t0 := time.Now()
+	for range p.workers {
+		go func() {
+			for next.Add(1) <= int64(jobs) {
+				if err := p.conversation(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var first error
+	for range p.workers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return time.Since(t0), first
+}
+
+// firstRequestSize is the mean size of the conversations' first requests
+// (the first turn answered) among reqs.
+func firstRequestSize(reqs []fakellm.RecordedRequest) int {
+	n, sum := 0, 0
+	for _, r := range reqs {
+		if r.Turn == 0 && r.Status == 200 {
+			n, sum = n+1, sum+r.Size
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return sum / n
 }

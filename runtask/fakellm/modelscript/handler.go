@@ -38,6 +38,8 @@ type RecordedRequest struct {
 	Turn int `json:"turn"`
 	// Status is the HTTP status answered (499: the client went away).
 	Status int `json:"status"`
+	// Size is the body's length in bytes (kept with forgetBodies too).
+	Size int `json:"size"`
 	// Remote is the client's address; Start (the request's arrival) and
 	// End bound the answer.
 	Remote     string    `json:"remote,omitempty"`
@@ -260,7 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := RecordedRequest{
 		Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(),
-		Raw: json.RawMessage(body), RawText: string(body), Turn: -2,
+		Raw: json.RawMessage(body), RawText: string(body), Size: len(body), Turn: -2,
 		Remote: r.RemoteAddr, Start: arrived,
 	}
 	chat := strings.TrimSuffix(r.URL.Path, "/") == "/v1/chat/completions" && r.Method == http.MethodPost
