@@ -184,8 +184,7 @@ func gateBox(given sandbox.Sandbox) func() (sandbox.Sandbox, error) {
 	return sync.OnceValues(func() (sandbox.Sandbox, error) {
 		<-done
 		if err != nil {
-			return nil, refusal.Newf("sandbox-unavailable",
-				"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the gate unisolated",
+			return nil, refusal.NoSandbox("the gate",
 				"the gate runs worker-written code and no sandbox works here: %v", err)
 		}
 		return sb, nil

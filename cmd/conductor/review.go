@@ -184,7 +184,7 @@ func (d *deps) openSandbox(c *cli.Context, name, runID string) (sandbox.Sandbox,
 	o.Docker.RunID = runID
 	sb, err := sandbox.NewWithOptions(name, o)
 	if errors.Is(err, sandbox.ErrUnavailable) {
-		return nil, refusal.Newf("sandbox-unavailable", "install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run unisolated (not recommended)",
+		return nil, refusal.NoSandbox("the job",
 			"the %s sandbox cannot run here: %v", name, err)
 	}
 	return sb, err

@@ -51,3 +51,12 @@ func CodeOf(err error) Code {
 	}
 	return ""
 }
+
+// NoSandbox is the sandbox-unavailable refusal of a step that would run
+// worker-written code: unisolated names what --sandbox none would run
+// without isolation ("the gate", "the checks and the gate", "the worker").
+func NoSandbox(unisolated, format string, args ...any) *Refusal {
+	return Newf(SandboxUnavailable,
+		"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run "+unisolated+" unisolated (not recommended)",
+		format, args...)
+}

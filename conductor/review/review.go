@@ -164,8 +164,7 @@ func Run(ctx context.Context, opts Options) (Report, error) {
 		defer func() { _ = sandbox.Close(sb) }() // made here: ours to release
 	}
 	if err != nil {
-		return rep, refusal.Newf("sandbox-unavailable",
-			"install bubblewrap or Docker (conductor doctor tells what is missing), or pass --sandbox none to run the checks and the gate unisolated",
+		return rep, refusal.NoSandbox("the checks and the gate",
 			"review runs worker-written code in its gate and no sandbox works here: %v", err)
 	}
 	landing := opts.Policy.Landing()
