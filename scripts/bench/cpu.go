@@ -61,6 +61,11 @@ func readCPU(pid int) cpuTimes {
 	return t
 }
 
+// add sums two spans of CPU.
+func (t cpuTimes) add(o cpuTimes) cpuTimes {
+	return cpuTimes{proc: t.proc + o.proc, busy: t.busy + o.busy, all: t.all + o.all, ok: t.ok && o.ok}
+}
+
 // sub is the CPU spent between two readings.
 func (t cpuTimes) sub(o cpuTimes) cpuTimes {
 	return cpuTimes{proc: t.proc - o.proc, busy: t.busy - o.busy, all: t.all - o.all, ok: t.ok && o.ok}
