@@ -3,7 +3,9 @@ package runtask
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"sort"
 	"strconv"
@@ -44,45 +46,44 @@ type chatRequestInfo struct {
 // through unchanged.
 func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byte, chatRequestInfo, []string, error) {
 	info := chatRequestInfo{priorIDs: map[string]bool{}, tools: map[string]bool{}}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(body, &top); err != nil {
-		return nil, info, nil, fmt.Errorf("chat request is not a JSON object: %w", err)
+	// The body is read once, value by value: the conversation is most of
+	// it and it is sent again on every step, so each message is decoded
+	// once into what is looked at, and passes on as the bytes it came as
+	// unless it needs a fix.
+	notObject := func(err error) error { return fmt.Errorf("chat request is not a JSON object: %w", err) }
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if tok, err := dec.Token(); err != nil {
+		return nil, info, nil, notObject(err)
+	} else if tok != json.Delim('{') {
+		return nil, info, nil, notObject(fmt.Errorf("it starts with %v", tok))
 	}
+	top := map[string]json.RawMessage{}
 	var fixes []string
-	if raw, ok := top["messages"]; ok {
-		// The conversation is most of the request and it is sent on every
-		// step: each message is read once into what is looked at, and only
-		// one that needs a fix is rewritten; the others pass as they are.
-		var msgs []json.RawMessage
-		if err := json.Unmarshal(raw, &msgs); err != nil {
-			return nil, info, nil, fmt.Errorf("chat request messages: %w", err)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, info, nil, notObject(err)
 		}
-		rewrite := false
-		for i, el := range msgs {
-			var m requestMessage
-			if err := json.Unmarshal(el, &m); err != nil {
-				return nil, info, nil, fmt.Errorf("chat request message %d: %w", i, err)
+		key, _ := tok.(string)
+		if key != "messages" {
+			var raw json.RawMessage
+			if err := dec.Decode(&raw); err != nil {
+				return nil, info, nil, notObject(err)
 			}
-			for _, c := range m.ToolCalls {
-				if c.ID != "" {
-					info.priorIDs[c.ID] = true
-				}
-			}
-			if !m.needsFix() {
-				continue
-			}
-			fixed, fix, err := fixMessage(el)
-			if err != nil {
-				return nil, info, nil, fmt.Errorf("chat request message %d: %w", i, err)
-			}
-			msgs[i], rewrite = fixed, true
-			if fix != "" {
-				fixes = appendFix(fixes, fix)
-			}
+			top[key] = raw
+			continue
 		}
-		if rewrite {
-			top["messages"] = encodeArray(msgs)
+		msgs, msgFixes, err := normalizeMessages(dec, body, info)
+		if err != nil {
+			return nil, info, nil, err
 		}
+		top[key], fixes = msgs, append(fixes, msgFixes...)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, info, nil, notObject(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, info, nil, notObject(errors.New("data after the object"))
 	}
 	var tools []struct {
 		Function struct {
@@ -107,6 +108,56 @@ func normalizeChatRequest(body []byte, temperature *float64, stream bool) ([]byt
 	return encodeObject(top), info, fixes, nil
 }
 
+// normalizeMessages reads the messages array at dec's position in body:
+// each message is decoded once, its tool call ids go into info, and the
+// array is returned with the messages that need a fix rewritten (the
+// others as they came) and the fixes made.
+func normalizeMessages(dec *json.Decoder, body []byte, info chatRequestInfo) (json.RawMessage, []string, error) {
+	tok, err := dec.Token()
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("chat request messages: %w", err)
+	case tok == nil:
+		return json.RawMessage("null"), nil, nil
+	case tok != json.Delim('['):
+		return nil, nil, fmt.Errorf("chat request messages: not an array (%v)", tok)
+	}
+	var msgs []json.RawMessage
+	var fixes []string
+	for i := 0; dec.More(); i++ {
+		start := dec.InputOffset()
+		var m requestMessage
+		if err := dec.Decode(&m); err != nil {
+			return nil, nil, fmt.Errorf("chat request message %d: %w", i, err)
+		}
+		// The value's bytes, without the comma and spaces before it.
+		el := json.RawMessage(bytes.TrimLeft(body[start:dec.InputOffset()], " \t\r\n,"))
+		if el[0] != '{' { // null decodes into a struct too
+			return nil, nil, fmt.Errorf("chat request message %d: %s is not a message object", i, snippet(el, 20))
+		}
+		for _, c := range m.ToolCalls {
+			if c.ID != "" {
+				info.priorIDs[c.ID] = true
+			}
+		}
+		if m.needsFix() {
+			fixed, fix, err := fixMessage(el, m)
+			if err != nil {
+				return nil, nil, fmt.Errorf("chat request message %d: %w", i, err)
+			}
+			el = fixed
+			if fix != "" {
+				fixes = appendFix(fixes, fix)
+			}
+		}
+		msgs = append(msgs, el)
+	}
+	if _, err := dec.Token(); err != nil { // the closing bracket
+		return nil, nil, fmt.Errorf("chat request messages: %w", err)
+	}
+	return encodeArray(msgs), fixes, nil
+}
+
 // requestMessage is what normalizeChatRequest reads of a request's message.
 type requestMessage struct {
 	Role      string          `json:"role"`
@@ -127,8 +178,17 @@ func (m requestMessage) needsFix() bool {
 // only a model's reasoning was dropped): a model's earlier reasoning is not
 // sent back (servers that return it, DeepSeek, refuse it in a request, and
 // it costs context), every message gets a content, and an empty tool result
-// gets EmptyToolResult.
-func fixMessage(raw json.RawMessage) (json.RawMessage, string, error) {
+// gets EmptyToolResult. raw is a JSON object, rm what it decoded to.
+func fixMessage(raw json.RawMessage, rm requestMessage) (json.RawMessage, string, error) {
+	if rm.Content == nil && rm.Reasoning == nil && rm.Role != "tool" {
+		// The usual fix, go-openai's assistant message with calls and no
+		// content: "content" goes first, the rest as it came.
+		rest := bytes.TrimSpace(raw[1:]) // after the brace
+		if rest[0] == '}' {
+			return json.RawMessage(`{"content":""}`), FixContentAbsent, nil
+		}
+		return append([]byte(`{"content":"",`), rest...), FixContentAbsent, nil
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, "", err

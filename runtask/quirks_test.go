@@ -148,6 +148,89 @@ func TestNormalizeChatRequestKeepsCleanMessages(t *testing.T) {
 	}
 }
 
+// TestNormalizeChatRequestShapes: the one-pass reader keeps what the
+// request says whatever its layout (indented, spaces around commas), fixes
+// an absent content in place, and names what is wrong with a request that
+// is not one: a null or non-object message, messages that are not an
+// array, data after the object.
+func TestNormalizeChatRequestShapes(t *testing.T) {
+	req := openai.ChatCompletionRequest{Model: "m", Messages: []openai.ChatCompletionMessage{
+		{Role: "system", Content: "s \"q\" <b>"},
+		{Role: "assistant", ToolCalls: []openai.ToolCall{{ID: "call_1", Type: "function", Function: openai.FunctionCall{Name: "read_file", Arguments: `{"path":"a, b"}`}}}},
+		{Role: "tool", ToolCallID: "call_1", Content: ""},
+		{Role: "assistant", Content: "a", ReasoningContent: "thoughts"},
+		{Role: "user", Content: "u"},
+	}}
+	compact, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indented, err := json.MarshalIndent(req, " ", "\t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range map[string][]byte{"compact": compact, "indented": indented} {
+		out, info, fixes, err := normalizeChatRequest(in, nil, false)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var got struct {
+			Model    string                       `json:"model"`
+			Messages []map[string]json.RawMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("%s: not JSON: %v\n%s", name, err, out)
+		}
+		if got.Model != "m" || len(got.Messages) != 5 {
+			t.Fatalf("%s: %s", name, out)
+		}
+		for i, want := range []string{`"s \"q\" \u003cb\u003e"`, `""`, `"(no output)"`, `"a"`, `"u"`} {
+			if c := string(got.Messages[i]["content"]); c != want {
+				t.Errorf("%s: message %d content %s, want %s", name, i, c, want)
+			}
+			if _, ok := got.Messages[i]["reasoning_content"]; ok {
+				t.Errorf("%s: message %d keeps its reasoning", name, i)
+			}
+		}
+		var calls []openai.ToolCall
+		if err := json.Unmarshal(got.Messages[1]["tool_calls"], &calls); err != nil || len(calls) != 1 || calls[0].Function.Arguments != `{"path":"a, b"}` {
+			t.Errorf("%s: the call changed: %s %v", name, got.Messages[1]["tool_calls"], err)
+		}
+		if !info.priorIDs["call_1"] || len(fixes) != 2 {
+			t.Errorf("%s: info %+v fixes %v", name, info, fixes)
+		}
+	}
+	// The usual fix goes in front of the message as it came.
+	for in, want := range map[string]string{
+		`{"role":"assistant","tool_calls":[]}`: `{"content":"","role":"assistant","tool_calls":[]}`,
+		`{ "role" : "assistant" }`:             `{"content":"","role" : "assistant" }`,
+		`{}`:                                   `{"content":""}`,
+		`{ }`:                                  `{"content":""}`,
+	} {
+		out, _, _, err := normalizeChatRequest([]byte(`{"messages":[`+in+`]}`), nil, false)
+		if err != nil || string(out) != `{"messages":[`+want+`]}` {
+			t.Errorf("%s: got %s %v, want messages [%s]", in, out, err, want)
+		}
+	}
+	if out, _, _, err := normalizeChatRequest([]byte(`{"messages":null,"model":"m"}`), nil, false); err != nil || string(out) != `{"messages":null,"model":"m"}` {
+		t.Errorf("null messages: %s %v", out, err)
+	}
+	for in, want := range map[string]string{
+		`{"messages":[{"role":"user","content":"q"}, null]}`: "message 1",
+		`{"messages":[{"role":"user","content":"q"},"x"]}`:   "message 1",
+		`{"messages":{"role":"user"}}`:                       "messages: not an array",
+		`{"messages":[{"role":"user","content":"q"}]} {}`:    "data after the object",
+		`[{"role":"user"}]`:                                  "not a JSON object",
+		`{"model":"m",}`:                                     "not a JSON object",
+		`{"messages":[{"role":"user","content":"q"}`:         "message",
+		``:                                                   "not a JSON object",
+	} {
+		if _, _, _, err := normalizeChatRequest([]byte(in), nil, false); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error %v, want one naming %q", in, err, want)
+		}
+	}
+}
+
 // TestGoOpenAIOmitsEmptyContent pins the go-openai behaviour the request
 // fix exists for; if a later go-openai sends content, the fix is harmless.
 func TestGoOpenAIOmitsEmptyContent(t *testing.T) {
