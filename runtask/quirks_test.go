@@ -223,7 +223,7 @@ func TestNormalizeChatRequestShapes(t *testing.T) {
 		`[{"role":"user"}]`:                                  "not a JSON object",
 		`{"model":"m",}`:                                     "not a JSON object",
 		`{"messages":[{"role":"user","content":"q"}`:         "message",
-		``:                                                   "not a JSON object",
+		``: "not a JSON object",
 	} {
 		if _, _, _, err := normalizeChatRequest([]byte(in), nil, false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: error %v, want one naming %q", in, err, want)

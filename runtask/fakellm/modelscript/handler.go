@@ -423,11 +423,13 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 				return sleepUntil(r.Context(), answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))))
 			}
 		}
-		writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, wait)
+		if !writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, wait) {
+			return 499 // client gone mid-answer
+		}
 		return http.StatusOK
 	}
 	if !sleepUntil(r.Context(), answerAt(rec.Start, turn, 1)) {
-		return 499
+		return 499 // client gone
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return http.StatusOK

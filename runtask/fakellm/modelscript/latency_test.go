@@ -56,7 +56,7 @@ func TestStreamPacedOverStreamMs(t *testing.T) {
 	}
 	var asked []int
 	rec := httptest.NewRecorder()
-	writeStream(rec, resp, true, func(k, n int) bool {
+	done := writeStream(rec, resp, true, func(k, n int) bool {
 		if n != len(want) {
 			t.Errorf("wait(%d, %d): n is not the %d events", k, n, len(want))
 		}
@@ -68,18 +68,18 @@ func TestStreamPacedOverStreamMs(t *testing.T) {
 			t.Fatalf("waits asked for events %v, want 0..%d in order", asked, len(want)-1)
 		}
 	}
-	if len(asked) != len(want) || rec.Body.String() != string(joinEvents(want)) {
-		t.Fatalf("paced stream wrote %q after %d waits, want every event", rec.Body.String(), len(asked))
+	if !done || len(asked) != len(want) || rec.Body.String() != string(joinEvents(want)) {
+		t.Fatalf("paced stream wrote %q after %d waits (done %v), want every event", rec.Body.String(), len(asked), done)
 	}
-	// The client gone before the third event: two events, no [DONE].
+	// The client gone before the third event: two events, no [DONE], and
+	// the stream says it was cut.
 	rec = httptest.NewRecorder()
-	writeStream(rec, resp, true, func(k, n int) bool { return k < 2 })
-	if got := rec.Body.String(); got != string(joinEvents(want[:2])) {
-		t.Errorf("stream after the client left: %q, want the first two events only", got)
+	done = writeStream(rec, resp, true, func(k, n int) bool { return k < 2 })
+	if got := rec.Body.String(); done || got != string(joinEvents(want[:2])) {
+		t.Errorf("stream after the client left: %q (done %v), want the first two events only", got, done)
 	}
 	rec = httptest.NewRecorder()
-	writeStream(rec, resp, true, nil)
-	if rec.Body.String() != string(joinEvents(want)) {
+	if !writeStream(rec, resp, true, nil) || rec.Body.String() != string(joinEvents(want)) {
 		t.Errorf("unpaced stream differs from its events")
 	}
 }

@@ -23,21 +23,22 @@ const streamPiece = 7
 // Each event is flushed on its own. wait, when not nil, is called before
 // event k of n is written and paces the stream as a server generating
 // tokens does; it returns false when the client has gone, and the stream
-// stops there.
-func writeStream(w http.ResponseWriter, resp map[string]any, includeUsage bool, wait func(k, n int) bool) {
+// stops there (writeStream then returns false).
+func writeStream(w http.ResponseWriter, resp map[string]any, includeUsage bool, wait func(k, n int) bool) bool {
 	events := streamEvents(resp, includeUsage)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
 	for k, ev := range events {
 		if wait != nil && !wait(k, len(events)) {
-			return
+			return false
 		}
 		w.Write(ev)
 		if flusher != nil {
 			flusher.Flush()
 		}
 	}
+	return true
 }
 
 // streamEvents is the answer's server-sent events, in order, each a whole
