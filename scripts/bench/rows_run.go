@@ -598,11 +598,10 @@ func newPlainClient(url string, steps, workers, firstSize int) *plainClient {
 	cfg := openai.DefaultConfig("")
 	cfg.BaseURL = url
 	p := &plainClient{client: openai.NewClientWithConfig(cfg), steps: steps, workers: workers}
-	base := len(p.body(nil))
-	if pad := firstSize - base; pad > 0 {
+	if pad := firstSize - p.openingSize(); pad > 0 {
 		p.system = strings.Repeat("x", pad)
 	}
-	p.firstSize = len(p.body(nil))
+	p.firstSize = p.openingSize()
 	return p
 }
 
@@ -618,13 +617,10 @@ func (p *plainClient) request(msgs []openai.ChatCompletionMessage) openai.ChatCo
 		StreamOptions: &openai.StreamOptions{IncludeUsage: true}}
 }
 
-// body is the first request's JSON, to size the padding.
-func (p *plainClient) body(msgs []openai.ChatCompletionMessage) []byte {
-	if msgs == nil {
-		msgs = p.opening()
-	}
-	b, _ := json.Marshal(p.request(msgs))
-	return b
+// openingSize is the size of the first request's JSON.
+func (p *plainClient) openingSize() int {
+	b, _ := json.Marshal(p.request(p.opening()))
+	return len(b)
 }
 
 func (p *plainClient) opening() []openai.ChatCompletionMessage {
