@@ -132,12 +132,20 @@ func normalizeMessages(dec *json.Decoder, body []byte, info chatRequestInfo) (js
 		}
 		// The value's bytes, without the comma and spaces before it.
 		el := json.RawMessage(bytes.TrimLeft(body[start:dec.InputOffset()], " \t\r\n,"))
-		if el[0] != '{' { // null decodes into a struct too
+		if el[0] != '{' { // null decodes into a map too
 			return nil, nil, fmt.Errorf("chat request message %d: %s is not a message object", i, snippet(el, 20))
 		}
-		for _, c := range m.ToolCalls {
-			if c.ID != "" {
-				info.priorIDs[c.ID] = true
+		if raw, ok := m["tool_calls"]; ok {
+			var calls []struct {
+				ID string `json:"id"`
+			}
+			if err := json.Unmarshal(raw, &calls); err != nil {
+				return nil, nil, fmt.Errorf("chat request message %d: tool_calls: %w", i, err)
+			}
+			for _, c := range calls {
+				if c.ID != "" {
+					info.priorIDs[c.ID] = true
+				}
 			}
 		}
 		if m.needsFix() {
@@ -158,29 +166,36 @@ func normalizeMessages(dec *json.Decoder, body []byte, info chatRequestInfo) (js
 	return encodeArray(msgs), fixes, nil
 }
 
-// requestMessage is what normalizeChatRequest reads of a request's message.
-type requestMessage struct {
-	Role      string          `json:"role"`
-	Content   json.RawMessage `json:"content"` // nil when absent
-	Reasoning json.RawMessage `json:"reasoning_content"`
-	ToolCalls []struct {
-		ID string `json:"id"`
-	} `json:"tool_calls"`
+// requestMessage is a request's message as normalizeChatRequest reads it:
+// its fields by their exact names (encoding/json would match a struct's
+// fields whatever their case; a server does not).
+type requestMessage map[string]json.RawMessage
+
+// needsFix reports whether fixMessage would change the message.
+func (m requestMessage) needsFix() bool {
+	content, has := m["content"]
+	_, reasoning := m["reasoning_content"]
+	return reasoning || !has || isJSONNull(content) ||
+		(bytes.Equal(bytes.TrimSpace(content), []byte(`""`)) && m.role() == "tool")
 }
 
-// needsFix reports whether fixMessages would change the message.
-func (m requestMessage) needsFix() bool {
-	return m.Reasoning != nil || m.Content == nil || isJSONNull(m.Content) ||
-		(m.Role == "tool" && bytes.Equal(bytes.TrimSpace(m.Content), []byte(`""`)))
+func (m requestMessage) role() string {
+	var r string
+	_ = json.Unmarshal(m["role"], &r)
+	return r
 }
 
 // fixMessage rewrites one request message and names the fix (none when
 // only a model's reasoning was dropped): a model's earlier reasoning is not
 // sent back (servers that return it, DeepSeek, refuse it in a request, and
 // it costs context), every message gets a content, and an empty tool result
-// gets EmptyToolResult. raw is a JSON object, rm what it decoded to.
-func fixMessage(raw json.RawMessage, rm requestMessage) (json.RawMessage, string, error) {
-	if rm.Content == nil && rm.Reasoning == nil && rm.Role != "tool" {
+// gets EmptyToolResult. raw is a JSON object, m what it decoded to (fixMessage
+// may change m).
+func fixMessage(raw json.RawMessage, m requestMessage) (json.RawMessage, string, error) {
+	content, has := m["content"]
+	_, reasoning := m["reasoning_content"]
+	role := m.role()
+	if !has && !reasoning && role != "tool" {
 		// The usual fix, go-openai's assistant message with calls and no
 		// content: "content" goes first, the rest as it came.
 		rest := bytes.TrimSpace(raw[1:]) // after the brace
@@ -189,14 +204,7 @@ func fixMessage(raw json.RawMessage, rm requestMessage) (json.RawMessage, string
 		}
 		return append([]byte(`{"content":"",`), rest...), FixContentAbsent, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, "", err
-	}
 	delete(m, "reasoning_content")
-	var role string
-	_ = json.Unmarshal(m["role"], &role)
-	content, has := m["content"]
 	empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
 	fix := ""
 	switch {

@@ -3,6 +3,7 @@ package runtask
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -205,6 +206,7 @@ func TestNormalizeChatRequestShapes(t *testing.T) {
 		`{"role":"assistant","tool_calls":[]}`: `{"content":"","role":"assistant","tool_calls":[]}`,
 		`{ "role" : "assistant" }`:             `{"content":"","role" : "assistant" }`,
 		`{}`:                                   `{"content":""}`,
+		`{"role":"system","Content":"c"}`:      `{"content":"","role":"system","Content":"c"}`, // names are exact
 		`{ }`:                                  `{"content":""}`,
 	} {
 		out, _, _, err := normalizeChatRequest([]byte(`{"messages":[`+in+`]}`), nil, false)
@@ -297,6 +299,67 @@ func TestNormalizeChatResponseEdges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzNormalizeChatRequest: any body either errors or becomes a JSON
+// object whose messages, as many as it came with, each carry a content
+// and no reasoning and keep every other field's value, and whose other
+// fields are kept; a body the standard library does not take as a JSON
+// object is refused.
+func FuzzNormalizeChatRequest(f *testing.F) {
+	f.Add(`{"model":"m","messages":[{"role":"system","content":"s"},{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c","content":""}]}`)
+	f.Add(`{ "messages" : [ { "role" : "assistant" , "reasoning_content" : "r" } , {} ] , "n" : 1 }`)
+	f.Add(`{"messages":[{"role":"user","content":null},{"role":"tool"}],"tools":[{"function":{"name":"t"}}]}`)
+	f.Add(`{"messages":[null]}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		out, _, _, err := normalizeChatRequest([]byte(in), nil, false)
+		var top map[string]json.RawMessage
+		valid := json.Unmarshal([]byte(in), &top) == nil && top != nil
+		if err != nil {
+			return
+		}
+		if !valid {
+			t.Fatalf("accepted a body that is not a JSON object: %q -> %s", in, out)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		for k, v := range top {
+			if k == "messages" {
+				continue
+			}
+			if !jsonEqual(v, got[k]) {
+				t.Fatalf("field %s changed: %s -> %s", k, v, got[k])
+			}
+		}
+		var inMsgs, outMsgs []map[string]json.RawMessage
+		if json.Unmarshal(top["messages"], &inMsgs) != nil {
+			return // messages null or absent
+		}
+		if err := json.Unmarshal(got["messages"], &outMsgs); err != nil || len(outMsgs) != len(inMsgs) {
+			t.Fatalf("messages %s -> %s (%v)", top["messages"], got["messages"], err)
+		}
+		for i, m := range outMsgs {
+			if c, ok := m["content"]; !ok || isJSONNull(c) {
+				t.Fatalf("message %d has no content: %s", i, got["messages"])
+			}
+			if _, ok := m["reasoning_content"]; ok {
+				t.Fatalf("message %d keeps its reasoning", i)
+			}
+			for k, v := range inMsgs[i] {
+				if k != "content" && k != "reasoning_content" && !jsonEqual(v, m[k]) {
+					t.Fatalf("message %d field %s changed: %s -> %s", i, k, v, m[k])
+				}
+			}
+		}
+	})
+}
+
+// jsonEqual reports whether two JSON values decode to the same value.
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // FuzzNormalizeChatResponse: any answer either errors or becomes one that
