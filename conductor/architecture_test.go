@@ -26,7 +26,7 @@ const vocabulary = "conductor/refusal"
 
 // leaves import nothing of ours but the vocabulary (and what leafImports
 // allows).
-var leaves = []string{"conductor/refusal", "patch", "patch/git", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext"}
+var leaves = []string{"conductor/refusal", "patch", "patch/git", "policy", "conductor/filelock", "conductor/jsonstrict", "conductor/runrec", "conductor/termtext", "conductor/ctxwait"}
 
 // leafImports is what a leaf may import all the same: patch (diffs) is
 // built on patch/git (running git, refs, objects) and locks its scratch

@@ -19,6 +19,7 @@ import (
 
 	openai "github.com/sashabaranov/go-openai"
 
+	"github.com/conductor-dev/conductor/conductor/ctxwait"
 	"github.com/conductor-dev/conductor/runtask/modelproxy"
 )
 
@@ -732,18 +733,13 @@ func retryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
+// sleepCtx is the client's wait between attempts: ctx's error when it
+// ended first.
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
+	if !ctxwait.Sleep(ctx, d) {
 		return ctx.Err()
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil
 }
 
 // ModelProbe is what a server says about itself (GET /v1/models).

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/conductor-dev/conductor/conductor/bus"
+	"github.com/conductor-dev/conductor/conductor/ctxwait"
 	"github.com/conductor-dev/conductor/conductor/queue"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 	"github.com/conductor-dev/conductor/runtask"
@@ -257,7 +258,7 @@ func (h *Handler) Handle(ctx context.Context, stop <-chan struct{}, dl *queue.De
 			// failure. Hand it back uncounted; once that process ends, the
 			// run folder answers the next delivery.
 			log.Info("session busy in another process; handing the job back")
-			sleep(ctx, 2*time.Second)
+			ctxwait.Sleep(ctx, 2*time.Second)
 			return queue.ErrInterrupted
 		}
 		return err
@@ -308,7 +309,7 @@ func (h *Handler) lockRun(ctx context.Context, log *slog.Logger, l queue.RunLock
 		// Another consumer runs it (a redelivery raced a slow heartbeat):
 		// hand it back without counting an attempt.
 		log.Info("run is held by another consumer; handing the job back")
-		sleep(ctx, min(ttl/2, 2*time.Second))
+		ctxwait.Sleep(ctx, min(ttl/2, 2*time.Second))
 		return nil, queue.ErrInterrupted
 	}
 	lctx, stopRefresh := context.WithCancel(ctx)
@@ -542,13 +543,6 @@ func isStopped(stop <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/ctxwait"
 )
 
 // ErrInterrupted is returned by a Handler whose job stopped because the
@@ -226,7 +228,7 @@ func (c *Consumer) Run(ctx context.Context) (Stats, error) {
 				break
 			}
 			out.fail("queue", err)
-			if !sleep(ctx, bo.Next()) {
+			if !ctxwait.Sleep(ctx, bo.Next()) {
 				break
 			}
 			continue
@@ -400,7 +402,7 @@ func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Deliv
 				herr = ErrInterrupted
 				break
 			}
-			if !sleep(jobCtx, bo.Next()) {
+			if !ctxwait.Sleep(jobCtx, bo.Next()) {
 				herr = ErrInterrupted
 				break
 			}
@@ -428,7 +430,7 @@ func (c *Consumer) runJob(jobCtx context.Context, stop <-chan struct{}, d *Deliv
 					break
 				}
 				out.fail("store", err)
-				if !sleep(jobCtx, hbo.Next()) {
+				if !ctxwait.Sleep(jobCtx, hbo.Next()) {
 					// The job stays leased and comes back to finish dying.
 					return
 				}
@@ -473,22 +475,10 @@ func (c *Consumer) settle(jobCtx context.Context, d *Delivery, out *outage, coun
 			return false
 		}
 		out.fail("queue", err)
-		if !sleep(jobCtx, bo.Next()) {
+		if !ctxwait.Sleep(jobCtx, bo.Next()) {
 			log.Error(what+" abandoned at shutdown; the job returns to the queue when its lease runs out", "job", d.ID, "err", err)
 			return false
 		}
-	}
-}
-
-// sleep waits for d or ctx; false when ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -2,7 +2,6 @@ package modelscript
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/ctxwait"
 )
 
 // Created is the fixed "created" timestamp of every answer (2026-01-01),
@@ -396,7 +397,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	rec.Turn = idx
 	h.check(rec, idx, turn, &req, body)
 
-	if !sleepUntil(r.Context(), answerAt(rec.Start, turn, 0)) {
+	if !ctxwait.Until(r.Context(), answerAt(rec.Start, turn, 0)) {
 		return 499 // client gone; nothing to write
 	}
 	if turn.IsError() {
@@ -420,7 +421,7 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 		var wait func(k, n int) bool
 		if turn.StreamMs > 0 {
 			wait = func(k, n int) bool {
-				return sleepUntil(r.Context(), answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))))
+				return ctxwait.Until(r.Context(), answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))))
 			}
 		}
 		if !writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, wait) {
@@ -428,27 +429,11 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 		}
 		return http.StatusOK
 	}
-	if !sleepUntil(r.Context(), answerAt(rec.Start, turn, 1)) {
+	if !ctxwait.Until(r.Context(), answerAt(rec.Start, turn, 1)) {
 		return 499 // client gone
 	}
 	writeJSON(w, http.StatusOK, resp)
 	return http.StatusOK
-}
-
-// sleepUntil waits until t; it returns false if ctx ends first.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return true
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // pick chooses the turn answering req and marks it served.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/conductor-dev/conductor/conductor/ctxwait"
 )
 
 // TestAnswerAtRunsFromArrival: a turn's latency is counted from the
@@ -32,8 +34,8 @@ func TestAnswerAtRunsFromArrival(t *testing.T) {
 		}
 	}
 	// Already late: no wait at all, whatever the context.
-	if !sleepUntil(t.Context(), time.Now().Add(-time.Second)) {
-		t.Error("sleepUntil a past time reported the client gone")
+	if !ctxwait.Until(t.Context(), time.Now().Add(-time.Second)) {
+		t.Error("waiting until a past time reported the client gone")
 	}
 }
 
