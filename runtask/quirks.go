@@ -148,15 +148,9 @@ func normalizeMessages(dec *json.Decoder, body []byte, info chatRequestInfo) (js
 				}
 			}
 		}
-		if m.needsFix() {
-			fixed, fix, err := fixMessage(el, m)
-			if err != nil {
-				return nil, nil, fmt.Errorf("chat request message %d: %w", i, err)
-			}
-			el = fixed
-			if fix != "" {
-				fixes = appendFix(fixes, fix)
-			}
+		el, fix := fixMessage(el, m)
+		if fix != "" {
+			fixes = appendFix(fixes, fix)
 		}
 		msgs = append(msgs, el)
 	}
@@ -171,49 +165,48 @@ func normalizeMessages(dec *json.Decoder, body []byte, info chatRequestInfo) (js
 // fields whatever their case; a server does not).
 type requestMessage map[string]json.RawMessage
 
-// needsFix reports whether fixMessage would change the message.
-func (m requestMessage) needsFix() bool {
-	content, has := m["content"]
-	_, reasoning := m["reasoning_content"]
-	return reasoning || !has || isJSONNull(content) ||
-		(bytes.Equal(bytes.TrimSpace(content), []byte(`""`)) && m.role() == "tool")
-}
-
 func (m requestMessage) role() string {
 	var r string
 	_ = json.Unmarshal(m["role"], &r)
 	return r
 }
 
-// fixMessage rewrites one request message and names the fix (none when
-// only a model's reasoning was dropped): a model's earlier reasoning is not
-// sent back (servers that return it, DeepSeek, refuse it in a request, and
-// it costs context), every message gets a content, and an empty tool result
-// gets EmptyToolResult. raw is a JSON object, m what it decoded to (fixMessage
-// may change m).
-func fixMessage(raw json.RawMessage, m requestMessage) (json.RawMessage, string, error) {
+// fixMessage returns one request message as it goes out, and names the
+// fix (none when it needed none, or when only a model's reasoning was
+// dropped): a model's earlier reasoning is not sent back (servers that
+// return it, DeepSeek, refuse it in a request, and it costs context), every
+// message gets a content, and an empty tool result gets EmptyToolResult.
+// raw is a JSON object, m what it decoded to (fixMessage may change m).
+func fixMessage(raw json.RawMessage, m requestMessage) (json.RawMessage, string) {
 	content, has := m["content"]
 	_, reasoning := m["reasoning_content"]
+	null := has && isJSONNull(content)
+	emptyText := has && bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
+	if has && !null && !emptyText && !reasoning {
+		return raw, "" // the usual message: sent as it came
+	}
 	role := m.role()
-	if !has && !reasoning && role != "tool" {
+	switch {
+	case emptyText && !reasoning && role != "tool":
+		return raw, ""
+	case !has && !reasoning && role != "tool":
 		// The usual fix, go-openai's assistant message with calls and no
 		// content: "content" goes first, the rest as it came.
 		rest := bytes.TrimSpace(raw[1:]) // after the brace
 		if rest[0] == '}' {
-			return json.RawMessage(`{"content":""}`), FixContentAbsent, nil
+			return json.RawMessage(`{"content":""}`), FixContentAbsent
 		}
-		return append([]byte(`{"content":"",`), rest...), FixContentAbsent, nil
+		return append([]byte(`{"content":"",`), rest...), FixContentAbsent
 	}
 	delete(m, "reasoning_content")
-	empty := !has || isJSONNull(content) || bytes.Equal(bytes.TrimSpace(content), []byte(`""`))
 	fix := ""
 	switch {
-	case role == "tool" && empty:
+	case role == "tool" && (!has || null || emptyText):
 		m["content"], fix = mustJSON(EmptyToolResult), FixEmptyToolResult
-	case !has || isJSONNull(content):
+	case !has || null:
 		m["content"], fix = json.RawMessage(`""`), FixContentAbsent
 	}
-	return encodeObject(m), fix, nil
+	return encodeObject(m), fix
 }
 
 // encodeArray writes elems, each a JSON value, as a JSON array.
