@@ -397,7 +397,15 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	rec.Turn = idx
 	h.check(rec, idx, turn, &req, body)
 
-	if !ctxwait.Until(r.Context(), answerAt(rec.Start, turn, 0)) {
+	// Only the answer's end waits with untilDue: the call's time is set by
+	// it alone.
+	wait := func(at time.Time, end bool) bool {
+		if end {
+			return untilDue(r.Context(), at)
+		}
+		return ctxwait.Until(r.Context(), at)
+	}
+	if !wait(answerAt(rec.Start, turn, 0), turn.StreamMs == 0) {
 		return 499 // client gone; nothing to write
 	}
 	if turn.IsError() {
@@ -418,18 +426,18 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, body []byte, rec
 	// The answer is generated over streamMs after its start: streamed, its
 	// events are spread evenly over that time; whole, it comes at the end.
 	if req.Stream {
-		var wait func(k, n int) bool
+		var waitEvent func(k, n int) bool
 		if turn.StreamMs > 0 {
-			wait = func(k, n int) bool {
-				return ctxwait.Until(r.Context(), answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))))
+			waitEvent = func(k, n int) bool {
+				return wait(answerAt(rec.Start, turn, float64(k)/float64(max(1, n-1))), k == n-1)
 			}
 		}
-		if !writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, wait) {
+		if !writeStream(w, resp, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, waitEvent) {
 			return 499 // client gone mid-answer
 		}
 		return http.StatusOK
 	}
-	if !ctxwait.Until(r.Context(), answerAt(rec.Start, turn, 1)) {
+	if !wait(answerAt(rec.Start, turn, 1), true) {
 		return 499 // client gone
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -2,9 +2,12 @@ package modelscript
 
 import (
 	"bufio"
+	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,4 +137,71 @@ func joinEvents(evs [][]byte) []byte {
 		out = append(out, e...)
 	}
 	return out
+}
+
+// TestUntilDue: an answer's end never leaves before it is due; a past due
+// time does not wait; a client gone before or during the wait is reported.
+func TestUntilDue(t *testing.T) {
+	live := t.Context()
+	for _, ahead := range []time.Duration{300 * time.Microsecond, 2 * time.Millisecond, 20 * time.Millisecond} {
+		due := time.Now().Add(ahead)
+		if !untilDue(live, due) {
+			t.Fatalf("%s ahead: a live wait reported the client gone", ahead)
+		}
+		if now := time.Now(); now.Before(due) {
+			t.Errorf("%s ahead: returned %s before the due time", ahead, due.Sub(now))
+		}
+	}
+	if !untilDue(live, time.Now().Add(-time.Second)) {
+		t.Error("a past due time reported the client gone")
+	}
+	gone, cancel := context.WithCancel(live)
+	cancel()
+	if untilDue(gone, time.Now().Add(time.Hour)) || untilDue(gone, time.Now().Add(-time.Second)) {
+		t.Error("a client gone before the wait was not reported")
+	}
+	mid, cancelMid := context.WithCancel(live)
+	time.AfterFunc(time.Millisecond, cancelMid)
+	if untilDue(mid, time.Now().Add(time.Hour)) {
+		t.Error("a client gone mid-wait was not reported")
+	}
+}
+
+// BenchmarkStreamedAnswerEnd: eight clients at once, each call scripted at
+// 40 ms to the first event and 10 ms of streaming (the bench's queue row).
+// It reports how late the answers end against their script (arrival to
+// the end, beyond 50 ms) and the process's CPU per call (the fake and its
+// clients): untilDue's precision and what it costs.
+func BenchmarkStreamedAnswerEnd(b *testing.B) {
+	s, err := Parse([]byte(`{"turns":[],"final":{"latencyMs":40,"streamMs":10,"content":"done done done done done done done done"}}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := NewHandler(s)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.SetParallelism(4) // 8 clients on this machine's 2 cores
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", strings.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	})
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	reqs := h.Requests()
+	var late time.Duration
+	for _, r := range reqs {
+		late += r.End.Sub(r.Start) - 50*time.Millisecond
+	}
+	cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+	b.ReportMetric(float64(late.Microseconds())/float64(len(reqs))/1000, "ms-late/call")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(len(reqs))/1000, "ms-cpu/call")
 }
