@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"sync"
 )
 
 // Mode selects how PatchID hashes a diff. The three modes are those of
@@ -114,6 +115,7 @@ func PatchIDs(r io.Reader, mode Mode, opt Options, emit func(Result) error) erro
 		name = "input"
 	}
 	s := newIDScanner(r, mode)
+	defer s.release()
 	s.strict = opt.Strict
 	commit := zeroID
 	found := false
@@ -191,16 +193,36 @@ type patchResult struct {
 	next   string
 }
 
+// The scanners' two large buffers are reused from one input to the next: a
+// worker takes a patch-id of every run, and allocating them anew each time
+// is most of what the Go runtime clears and collects for it.
+var (
+	idReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 256<<10) }}
+	idBufs    = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+)
+
 func newIDScanner(r io.Reader, mode Mode) *idScanner {
+	br := idReaders.Get().(*bufio.Reader)
+	br.Reset(r)
 	return &idScanner{
-		br:       bufio.NewReaderSize(r, 256<<10),
+		br:       br,
 		stable:   mode != Unstable,
 		verbatim: mode == Verbatim,
 		h:        sha1.New(),
-		buf:      make([]byte, 0, 64<<10),
+		buf:      (*idBufs.Get().(*[]byte))[:0],
 		preOID:   make([]byte, 0, 64),
 		postOID:  make([]byte, 0, 64),
 	}
+}
+
+// release gives the scanner's buffers back for the next input; s is not
+// used after.
+func (s *idScanner) release() {
+	s.br.Reset(nil)
+	idReaders.Put(s.br)
+	buf := s.buf[:0]
+	idBufs.Put(&buf)
+	s.br, s.buf = nil, nil
 }
 
 // write queues bytes for the running hash.

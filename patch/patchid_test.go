@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -390,4 +391,42 @@ func TestPatchIDMutatedInputsMatchGit(t *testing.T) {
 			t.Fatalf("batch %d mode %s: streams differ but no single part does", batch, m)
 		}
 	}
+}
+
+// TestPatchIDReusedBuffersConcurrently: the scanners' buffers are reused
+// (a pool); ids taken at once on many goroutines, of inputs large and
+// small, match the ids taken one at a time.
+func TestPatchIDReusedBuffersConcurrently(t *testing.T) {
+	diff := func(i, lines int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "diff --git a/f%d.txt b/f%d.txt\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/f%d.txt\n@@ -0,0 +1,%d @@\n", i, i, i, lines)
+		for l := 0; l < lines; l++ {
+			fmt.Fprintf(&b, "+line %d of file %d %s\n", l, i, strings.Repeat("x", l%90))
+		}
+		return b.String()
+	}
+	var inputs, want []string
+	for i, lines := range []int{1, 40, 5000, 70000} { // the last is larger than the buffers
+		in := diff(i, lines)
+		id, err := BindingPatchID(strings.NewReader(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs, want = append(inputs, in), append(want, id)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 20; k++ {
+				i := (g + k) % len(inputs)
+				if id, err := BindingPatchID(strings.NewReader(inputs[i])); err != nil || id != want[i] {
+					t.Errorf("input %d: id %s, %v; want %s", i, id, err, want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -1606,7 +1606,7 @@ func (r *runner) adoptRecordedReply() {
 	defer f.Close()
 	var found *transcriptLine
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<20) // grown for longer lines
 	for sc.Scan() {
 		var l transcriptLine
 		if json.Unmarshal(sc.Bytes(), &l) != nil {
@@ -1642,7 +1642,7 @@ func (r *runner) loadRecordedResults() map[string]transcriptLine {
 	defer f.Close()
 	out := map[string]transcriptLine{}
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 64<<20)
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<20) // grown for longer lines
 	for sc.Scan() {
 		var l transcriptLine
 		if json.Unmarshal(sc.Bytes(), &l) != nil {

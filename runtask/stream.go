@@ -108,7 +108,9 @@ func assembleStream(r io.Reader, progress func(StreamProgress)) ([]byte, error) 
 		total        int
 	)
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxAnswerBytes)
+	// A small first buffer: an event is rarely larger, and the scanner grows
+	// it for one that is (a buffer per call is most of what a worker allocates).
+	sc.Buffer(make([]byte, 0, 4<<10), maxAnswerBytes)
 	var data bytes.Buffer
 	flush := func() error {
 		if data.Len() == 0 {

@@ -184,6 +184,35 @@ func TestAssembleStreamToolCalls(t *testing.T) {
 	}
 }
 
+// TestAssembleStreamLargeEvent: an event far larger than the scanner's
+// first buffer (one tool call's whole file in one chunk) comes through
+// whole.
+func TestAssembleStreamLargeEvent(t *testing.T) {
+	content := strings.Repeat("0123456789abcdef", 20<<10) // 320 KiB
+	args, _ := json.Marshal(map[string]string{"path": "big.txt", "content": content})
+	argsJSON, _ := json.Marshal(string(args))
+	in := chunk(`{"tool_calls":[{"index":0,"id":"a","type":"function","function":{"name":"write_file","arguments":`+string(argsJSON)+`}}]}`, "tool_calls") + "\n\ndata: [DONE]\n\n"
+	got, err := assembleStream(strings.NewReader(in), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		Choices []struct {
+			Message struct {
+				ToolCalls []struct {
+					Function struct{ Arguments string } `json:"function"`
+				} `json:"tool_calls"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(got, &answer); err != nil || len(answer.Choices) != 1 || len(answer.Choices[0].Message.ToolCalls) != 1 {
+		t.Fatalf("assembled %d bytes: %v", len(got), err)
+	}
+	if a := answer.Choices[0].Message.ToolCalls[0].Function.Arguments; a != string(args) {
+		t.Fatalf("arguments of %d bytes came back as %d bytes", len(args), len(a))
+	}
+}
+
 func FuzzAssembleStream(f *testing.F) {
 	f.Add("data: " + `{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
 	f.Add(chunk(`{"tool_calls":[{"index":0,"id":"a","function":{"name":"f","arguments":{"x":1}}}]}`, "tool_calls") + "\n\n")

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/conductor-dev/conductor/conductor"
@@ -163,11 +164,19 @@ func hashFile(root *os.Root, p string) string {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	buf := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(buf)
+	// The reader is wrapped so that the copy uses buf (an *os.File would
+	// copy through a buffer of its own, made anew for every file).
+	if _, err := io.CopyBuffer(h, struct{ io.Reader }{f}, *buf); err != nil {
 		return ""
 	}
 	return hex.EncodeToString(h.Sum(nil))
 }
+
+// hashBufs are hashFile's read buffers, reused: a run hashes the files it
+// touched at every step.
+var hashBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // hashMaxSize bounds the files hashed for checkpoints and drift checks.
 const hashMaxSize = 256 << 20
