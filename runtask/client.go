@@ -454,8 +454,7 @@ func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/chat/completions") || req.Body == nil {
 		return t.next.RoundTrip(req)
 	}
-	body, err := io.ReadAll(req.Body)
-	req.Body.Close()
+	body, err := readBody(req)
 	if err != nil {
 		return nil, err
 	}
@@ -502,6 +501,19 @@ func (t *quirkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return &nr, nil
 }
 
+// readBody reads and closes a request's body, in one buffer of its
+// declared length when it has one (a conversation's request is read again
+// at each layer, on every step).
+func readBody(req *http.Request) ([]byte, error) {
+	defer req.Body.Close()
+	var b bytes.Buffer
+	if n := req.ContentLength; n > 0 && n <= 64<<20 {
+		b.Grow(int(n) + bytes.MinRead) // room for the read that meets the end
+	}
+	_, err := b.ReadFrom(req.Body)
+	return b.Bytes(), err
+}
+
 // answerError is a 2xx JSON answer that is not a usable chat completion.
 type answerError struct {
 	status int
@@ -544,8 +556,7 @@ func retryableStatus(code int) bool {
 func (t *retryTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var body []byte
 	if req.Body != nil {
-		b, err := io.ReadAll(req.Body)
-		req.Body.Close()
+		b, err := readBody(req)
 		if err != nil {
 			return nil, err
 		}
