@@ -136,6 +136,14 @@ func openGen(root string, id identity, trustStamp bool) (*warmGen, error) {
 		return nil, fmt.Errorf("%s/current points at %q, not a generation: corrupted", root, target)
 	}
 	dir := filepath.Join(root, target)
+	// The generation is a folder of the cache's own: through a link it
+	// could be any folder, which the manifest's check cannot vouch for
+	// between the check and the mount.
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, err
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a folder (%s): corrupted", dir, fi.Mode().Type())
+	}
 	mpath := filepath.Join(dir, manifestName)
 	f, err := openRegular(mpath)
 	if err != nil {
@@ -242,15 +250,20 @@ const (
 )
 
 // listGen lists the regular files of the generation in dir (one lstat
-// each, no content read).
+// each, no content read). Anything else but folders is an error: a link
+// (the two caches themselves included) or a named pipe is neither counted
+// nor hashed, yet a command would follow or open it.
 func listGen(dir string) (genList, error) {
 	l := genList{dir: dir, settled: true}
 	h := sha256.New()
 	settle := time.Now().Add(-stampSettle)
 	for _, d := range []string{"gocache", "gomodcache"} {
 		err := filepath.WalkDir(filepath.Join(dir, d), func(p string, e fs.DirEntry, err error) error {
-			if err != nil || !e.Type().IsRegular() {
+			if err != nil || e.IsDir() {
 				return err
+			}
+			if !e.Type().IsRegular() {
+				return fmt.Errorf("%s is neither a file nor a folder (%s): corrupted", p, e.Type())
 			}
 			fi, err := e.Info()
 			if err != nil {

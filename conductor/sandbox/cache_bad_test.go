@@ -134,6 +134,59 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 		{"warmed for another uid", func(t *testing.T, root, gen string) {
 			editManifest(t, gen, func(m *manifest) { m.UID++ })
 		}, "warm it again"},
+		{"current a folder", func(t *testing.T, root, gen string) {
+			os.Remove(filepath.Join(root, "current"))
+			if err := os.Mkdir(filepath.Join(root, "current"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, "current"},
+		// The links below keep every listed file and the manifest as they
+		// were: what the manifest does not count must not be used either.
+		{"the generation folder a link to a copy elsewhere", func(t *testing.T, root, gen string) {
+			moved := filepath.Join(filepath.Dir(root), "elsewhere")
+			if err := os.Rename(gen, moved); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(moved, gen); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupted"},
+		{"gomodcache a link, the manifest counting gocache alone", func(t *testing.T, root, gen string) {
+			moved := filepath.Join(filepath.Dir(root), "mods")
+			if err := os.Rename(filepath.Join(gen, "gomodcache"), moved); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(moved, filepath.Join(gen, "gomodcache")); err != nil {
+				t.Fatal(err)
+			}
+			editManifest(t, gen, func(m *manifest) {
+				m.Files, m.Bytes, m.Digest = 2, 0, ""
+				var l genList
+				for _, p := range []string{"gocache/README", "gocache/ab/ab12-d"} {
+					fi, err := os.Stat(filepath.Join(gen, p))
+					if err != nil {
+						t.Fatal(err)
+					}
+					l.rel, m.Bytes = append(l.rel, p), m.Bytes+fi.Size()
+				}
+				l.dir = gen
+				d, err := l.digest()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Digest = d
+			})
+		}, "corrupted"},
+		{"a link among the cache files", func(t *testing.T, root, gen string) {
+			if err := os.Symlink("/tmp/poison", filepath.Join(gen, "gocache", "ab", "ab13-d")); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupted"},
+		{"a named pipe among the cache files", func(t *testing.T, root, gen string) {
+			if err := syscall.Mkfifo(filepath.Join(gen, "gocache", "ab", "ab14-d"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupted"},
 	} {
 		for _, backend := range []string{BackendBwrap, BackendDocker} {
 			t.Run(backend+"/"+c.name, func(t *testing.T) {
