@@ -367,8 +367,8 @@ type warmer struct {
 	modeWhy string // why overlays are not used, for doctor
 
 	mu     sync.Mutex
-	dirs   map[string]string // scratch folder → its layer folder
-	warned map[string]bool   // scratch folders told they run cold
+	dirs   map[string]layerRef // scratch folder → its layer folder
+	warned map[string]bool     // scratch folders told they run cold
 }
 
 func newWarmer(o Options, id identity, allowOverlay bool) *warmer {
@@ -473,12 +473,31 @@ func layersRootDir() (string, error) {
 	return d, nil
 }
 
-// layerDir returns scratch's layer folder, making it on first use.
+// layerRef is a scratch folder's layer folder, and which folder (device
+// and inode) the scratch folder was when the layer was made.
+type layerRef struct {
+	dir      string
+	dev, ino uint64
+}
+
+// layerDir returns scratch's layer folder, making it on first use. The
+// layer belongs to the folder, not to its path: a scratch folder removed
+// and made again at the same path (another gate) gets a new layer, never
+// what the earlier one's commands wrote.
 func (w *warmer) layerDir(scratch string) (string, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(scratch, &st); err != nil {
+		return "", err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if d, ok := w.dirs[scratch]; ok && pathExists(d) {
-		return d, nil
+	if r, ok := w.dirs[scratch]; ok {
+		if r.dev == uint64(st.Dev) && r.ino == st.Ino && pathExists(r.dir) {
+			return r.dir, nil
+		}
+		if !mountedUnder(r.dir) {
+			_ = removeTree(r.dir)
+		}
 	}
 	root, err := w.layersRoot()
 	if err != nil {
@@ -489,9 +508,9 @@ func (w *warmer) layerDir(scratch string) (string, error) {
 		return "", err
 	}
 	if w.dirs == nil {
-		w.dirs = map[string]string{}
+		w.dirs = map[string]layerRef{}
 	}
-	w.dirs[scratch] = d
+	w.dirs[scratch] = layerRef{dir: d, dev: uint64(st.Dev), ino: st.Ino}
 	return d, nil
 }
 

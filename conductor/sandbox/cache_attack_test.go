@@ -44,6 +44,40 @@ func fakeWarmBox(t *testing.T, backend string) (sb Sandbox, base, gen string, wa
 	return sb, base, gen, warn
 }
 
+// TestWarmCacheNewScratchFolderNewLayer: a layer belongs to one scratch
+// folder, not to its path. A gate whose scratch folder has the path of
+// an earlier one, removed since, must not see what the earlier gate's
+// command wrote into its caches.
+func TestWarmCacheNewScratchFolderNewLayer(t *testing.T) {
+	for _, backend := range []string{BackendBwrap, BackendDocker} {
+		t.Run(backend, func(t *testing.T) {
+			sb, base, _, warn := fakeWarmBox(t, backend)
+			tree, scratch := filepath.Join(base, "tree"), filepath.Join(base, "scratch")
+			first := shellGate(t, sb, tree, scratch, `echo poison > "$GOCACHE/ab/ab12-d" && echo planted > "$GOCACHE/planted" && echo "$GOCACHE" && cat "$GOCACHE/ab/ab12-d"`)
+			if !strings.Contains(first.out, warmDirName) || !strings.Contains(first.out, "poison") {
+				t.Fatalf("the first gate did not write into a warm cache:\n%s", first.out)
+			}
+			// The same gate's next command shares its layer.
+			if again := shellGate(t, sb, tree, scratch, `cat "$GOCACHE/planted"`); !strings.Contains(again.out, "planted") {
+				t.Fatalf("the gate's second command does not share its first's layer:\n%s", again.out)
+			}
+			if err := os.RemoveAll(scratch); err != nil {
+				t.Fatal(err)
+			}
+			next := shellGate(t, sb, tree, scratch, `cat "$GOCACHE/ab/ab12-d"; ls "$GOCACHE"`)
+			if strings.Contains(next.out, "poison") || strings.Contains(next.out, "planted") {
+				t.Fatalf("a new scratch folder at an old one's path got its layer:\n%s", next.out)
+			}
+			if !strings.Contains(next.out, "an object") {
+				t.Fatalf("the next gate's cache is not the generation's:\n%s", next.out)
+			}
+			if warn.Len() > 0 {
+				t.Errorf("warnings with a good cache: %s", warn.String())
+			}
+		})
+	}
+}
+
 // TestWarmCacheLowerSurvivesEveryWrite: whatever a command does to the
 // files and folders of its warm caches (truncate, reopen for writing
 // through /proc, rename, unlink, replace with a link, hard link out of the
