@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -34,9 +35,10 @@ import (
 // dependency. The warm cache gives them both:
 //
 //   - a read-only lower layer, warmed only from the landed target's tip:
-//     WarmGo fills the module cache from the host's module cache (checked
-//     against the tree's go.sum) and compiles (never runs) the tree with
-//     the conductor's own toolchain, in the sandbox (compiling reads files:
+//     WarmGo fills the module cache from the host's module cache (only the
+//     versions the tree's go.sum hashes, checked against them) and
+//     compiles (never runs) the tree with the conductor's own toolchain,
+//     in the sandbox (compiling reads files:
 //     a cgo preamble can embed any file the compiler sees). Every warming
 //     makes a new generation (root/gen-N, a copy of the previous one, then
 //     warmed) and switches root/current to it atomically; a generation in
@@ -853,8 +855,9 @@ func goModules(tree string) (mods []goModule, skipped int) {
 
 // WarmGo warms a new generation of the warm Go cache from the landed tip
 // and makes it current. It compiles and never runs: `go mod download` on
-// the host (from the host's module cache only, as a file proxy; no
-// network, no version control), then in the sandbox `go build ./...`,
+// the host (from the host's module cache only, as a file proxy of the
+// versions the tree's go.sum files pin; no network, no version control),
+// then in the sandbox `go build ./...`,
 // `go vet ./...` and `go test -exec=/bin/true ./...` (test binaries are
 // linked, never started; test results are not cached), with the gate's Go
 // settings (-trimpath, GOTOOLCHAIN=local, GOENV=off, a fresh HOME). A go
@@ -990,9 +993,11 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		warnings = append(warnings, none)
 		fmt.Fprintln(o.Log, "conductor: warm:", none)
 	}
-	var proxy string
-	if len(mods) > 0 {
-		proxy = hostModuleProxy(ctx, getenv)
+	proxy := "off"
+	if dl := hostModuleDownloads(ctx, getenv); dl != "" && len(mods) > 0 {
+		if proxy, err = pinnedModuleProxy(dl, o.Tree, mods, filepath.Join(owned, "proxy")); err != nil {
+			return res, fmt.Errorf("warm Go cache: module proxy: %w", err)
+		}
 	}
 	for _, mod := range mods {
 		if ctx.Err() != nil {
@@ -1140,9 +1145,9 @@ func warmModule(ctx context.Context, o WarmOptions, box Sandbox, env []string, p
 	}
 }
 
-// hostModuleProxy is GOPROXY for warming: the host's module cache as a file
-// proxy when there is one, then off (never the network).
-func hostModuleProxy(ctx context.Context, getenv func(string) string) string {
+// hostModuleDownloads is the host module cache's download folder (a
+// module proxy's layout), or "" when there is none.
+func hostModuleDownloads(ctx context.Context, getenv func(string) string) string {
 	dir := getenv("GOMODCACHE")
 	if dir == "" {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -1155,9 +1160,109 @@ func hostModuleProxy(ctx context.Context, getenv func(string) string) string {
 	}
 	dl := filepath.Join(dir, "cache", "download")
 	if dir == "" || !pathExists(dl) {
-		return "off"
+		return ""
 	}
-	return "file://" + dl + ",off"
+	return dl
+}
+
+// pinnedModuleProxy is GOPROXY for warming: a file proxy in dir holding
+// only the module versions the tree's go.sum and go.work.sum files hash,
+// linked from the host module cache's download folder dl, then off (never
+// the network). go checks each download against those hashes. The host's
+// cache may hold the operator's private modules: with GOSUMDB off, a tree
+// naming one in its go.mod without its hash had go trust whatever the
+// proxy served (adding the hash itself), and the module ended up in the
+// cache every later gate and worker command reads. A hash is the content:
+// a tree can pin only what its author already has.
+func pinnedModuleProxy(dl, tree string, mods []goModule, dir string) (string, error) {
+	t, err := os.OpenRoot(tree)
+	if err != nil {
+		return "", err
+	}
+	defer t.Close()
+	sums := []string{"go.work.sum"}
+	for _, m := range mods {
+		sums = append(sums, path.Join(m.dir, "go.sum"))
+	}
+	n := 0
+	for _, name := range sums {
+		// Through the tree's root, without blocking: a link out of the
+		// tree or a named pipe is not read.
+		f, err := t.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		fi, err := f.Stat()
+		var b []byte
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ = io.ReadAll(io.LimitReader(f, 16<<20))
+		}
+		f.Close()
+		for _, line := range strings.Split(string(b), "\n") {
+			fs := strings.Fields(line)
+			if len(fs) != 3 || !strings.HasPrefix(fs[2], "h1:") {
+				continue
+			}
+			ver, modOnly := strings.CutSuffix(fs[1], "/go.mod")
+			mp, ok1 := escapeModule(fs[0], true)
+			ev, ok2 := escapeModule(ver, false)
+			if !ok1 || !ok2 {
+				continue
+			}
+			exts := []string{".info", ".mod", ".zip"}
+			if modOnly {
+				exts = exts[:2]
+			}
+			for _, ext := range exts {
+				src := filepath.Join(dl, filepath.FromSlash(mp), "@v", ev+ext)
+				dst := filepath.Join(dir, filepath.FromSlash(mp), "@v", ev+ext)
+				if fi, err := os.Lstat(src); err != nil || !fi.Mode().IsRegular() || pathExists(dst) {
+					continue
+				}
+				if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+					return "", err
+				}
+				if err := os.Symlink(src, dst); err != nil {
+					return "", err
+				}
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return "off", nil
+	}
+	return "file://" + dir + ",off", nil
+}
+
+// escapeModule escapes a module path (path) or version as a module proxy
+// names it, each upper-case letter as "!" and its lower case; ok is false
+// unless it is made of letters, digits and "-._~+" (and, in a path,
+// slashes between non-empty elements other than "." and "..").
+func escapeModule(s string, path bool) (string, bool) {
+	if s == "" || len(s) > 1024 {
+		return "", false
+	}
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'A' && r <= 'Z':
+			b.WriteByte('!')
+			b.WriteRune(r + 'a' - 'A')
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', strings.ContainsRune("-._~+", r):
+			b.WriteRune(r)
+		case r == '/' && path:
+			b.WriteRune(r)
+		default:
+			return "", false
+		}
+	}
+	for _, e := range strings.Split(s, "/") {
+		if e == "" || e == "." || e == ".." {
+			return "", false
+		}
+	}
+	return b.String(), true
 }
 
 func goVersion(env []string) string {

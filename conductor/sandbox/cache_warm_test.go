@@ -197,3 +197,85 @@ func TestWarmGoWarmsEveryModule(t *testing.T) {
 		t.Errorf("the sub-module's test binaries were not linked:\n%s", log.String())
 	}
 }
+
+// TestWarmGoCopiesOnlyPinnedModules: a warming fills the warm module cache
+// from the host's own module cache, which may hold the operator's private
+// modules. The landed tree is a worker's: naming one in its go.mod
+// without its hash in go.sum must not copy it into the cache every later
+// gate and worker command reads (go mod download, with GOSUMDB off,
+// trusted whatever the file proxy served and added the hash itself). A
+// module the tree pins is copied.
+func TestWarmGoCopiesOnlyPinnedModules(t *testing.T) {
+	base := worktree(t)
+	mark := func(name string) string {
+		b := make([]byte, 8)
+		rand.Read(b)
+		return name + "-" + hex.EncodeToString(b)
+	}
+	secret, pinned := mark("SECRET"), mark("PINNED")
+	// The host's module cache: its download folder is a module proxy's
+	// layout.
+	hostMods := filepath.Join(base, "host-modcache")
+	dl := filepath.Join(hostMods, "cache", "download")
+	for _, m := range []struct{ path, marker string }{{"example.com/private", secret}, {"example.com/Pinned", pinned}} {
+		src := filepath.Join(base, "src")
+		esc := strings.ReplaceAll(m.path, "P", "!p")
+		dir := filepath.Join(src, m.path+"@v1.0.0")
+		gomod := "module " + m.path + "\n\ngo 1.22\n"
+		writeFile(t, filepath.Join(dir, "go.mod"), gomod, 0o644)
+		writeFile(t, filepath.Join(dir, "p.go"), "package p\n\nconst Marker = \""+m.marker+"\"\n", 0o644)
+		at := filepath.Join(dl, esc, "@v")
+		writeFile(t, filepath.Join(at, "v1.0.0.mod"), gomod, 0o644)
+		writeFile(t, filepath.Join(at, "v1.0.0.info"), `{"Version":"v1.0.0"}`, 0o644)
+		writeFile(t, filepath.Join(at, "list"), "v1.0.0\n", 0o644)
+		zip := exec.Command("zip", "-qr", filepath.Join(at, "v1.0.0.zip"), m.path+"@v1.0.0")
+		zip.Dir = src
+		if out, err := zip.CombinedOutput(); err != nil {
+			t.Skipf("zip: %v: %s", err, out)
+		}
+	}
+	// The root module pins what it requires; a module in a subfolder
+	// (which the gates need not build) names the private one without its
+	// hash.
+	tree := filepath.Join(base, "tree")
+	writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/landed\n\ngo 1.22\n\nrequire example.com/Pinned v1.0.0\n", 0o644)
+	writeFile(t, filepath.Join(tree, "uses", "uses.go"), "package uses\n\nimport p \"example.com/Pinned\"\n\nconst M = p.Marker\n", 0o644)
+	writeFile(t, filepath.Join(tree, "tools", "x", "go.mod"), "module example.com/x\n\ngo 1.22\n\nrequire example.com/private v1.0.0\n", 0o644)
+	sum := exec.Command("go", "mod", "tidy") // go.sum as go writes it: both hashes of each module
+	sum.Dir = tree
+	sum.Env = []string{testPath, "HOME=" + base, "GOMODCACHE=" + filepath.Join(base, "scratch-modcache"), "GOCACHE=" + filepath.Join(base, "scratch-gocache"),
+		"GOPROXY=file://" + dl + ",off", "GOSUMDB=off", "GOENV=off", "GOTOOLCHAIN=local", "GOFLAGS=-modcacherw"}
+	if out, err := sum.CombinedOutput(); err != nil {
+		t.Fatalf("go mod tidy: %v: %s", err, out)
+	}
+
+	env := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH="), "GOMODCACHE": hostMods}
+	var log bytes.Buffer
+	res, err := WarmGo(context.Background(), WarmOptions{Tree: tree, Getenv: func(k string) string { return env[k] }, Sandbox: Options{GoCache: filepath.Join(base, "warm")}, Log: &log, Label: "pinned"})
+	if err != nil {
+		t.Fatalf("warming: %v\n%s", err, log.String())
+	}
+	t.Logf("warming's log:\n%s", log.String())
+	found := map[string]bool{}
+	err = filepath.WalkDir(filepath.Join(res.Dir, "gomodcache"), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() || !strings.HasSuffix(p, ".go") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		for _, m := range []string{secret, pinned} {
+			if bytes.Contains(b, []byte(m)) {
+				found[m] = true
+			}
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found[secret] {
+		t.Error("a module of the host's cache the tree does not pin is in the warm cache")
+	}
+	if !found[pinned] {
+		t.Error("the module the tree pins is not in the warm cache")
+	}
+}
