@@ -178,6 +178,19 @@ func openGen(root string, id identity, trustStamp bool) (*warmGen, error) {
 		g.release()
 		return nil, fmt.Errorf("%s holds %d files (%d bytes), its manifest says %d (%d bytes): corrupted", dir, l.files, l.bytes, m.Files, m.Bytes)
 	}
+	// Content as warmed but owners or modes changed since (a copy that did
+	// not keep them, say) would fail the command: go could not write its
+	// build cache.
+	for uid, p := range l.owners {
+		if int(uid) != id.uid {
+			g.release()
+			return nil, fmt.Errorf("%s is owned by uid %d, the sandbox runs as %d: warm it again", p, uid, id.uid)
+		}
+	}
+	if l.unusable != "" {
+		g.release()
+		return nil, fmt.Errorf("%s: its owner may not use it as go does: warm it again", l.unusable)
+	}
 	g.files, g.bytes = l.files, l.bytes
 	stamp := filepath.Join(dir, stampName)
 	if trustStamp && readStamp(stamp) == l.stamp {
@@ -244,6 +257,12 @@ type genList struct {
 	// later write can record (ctimes come from a coarse clock); only then
 	// is the stamp recorded.
 	settled bool
+	// owners holds one path per owner uid of the generation's files and
+	// folders; unusable, the first one the owner may not use as the go
+	// command does (read a file, enter a folder, write in a build cache
+	// folder).
+	owners   map[uint32]string
+	unusable string
 }
 
 const (
@@ -256,20 +275,38 @@ const (
 // (the two caches themselves included) or a named pipe is neither counted
 // nor hashed, yet a command would follow or open it.
 func listGen(dir string) (genList, error) {
-	l := genList{dir: dir, settled: true}
+	l := genList{dir: dir, settled: true, owners: map[uint32]string{}}
 	h := sha256.New()
 	settle := time.Now().Add(-stampSettle)
 	for _, d := range []string{"gocache", "gomodcache"} {
 		err := filepath.WalkDir(filepath.Join(dir, d), func(p string, e fs.DirEntry, err error) error {
-			if err != nil || e.IsDir() {
+			if err != nil {
 				return err
 			}
-			if !e.Type().IsRegular() {
+			if !e.IsDir() && !e.Type().IsRegular() {
 				return fmt.Errorf("%s is neither a file nor a folder (%s): corrupted", p, e.Type())
 			}
 			fi, err := e.Info()
 			if err != nil {
 				return err
+			}
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				if _, seen := l.owners[st.Uid]; !seen {
+					l.owners[st.Uid] = p
+				}
+			}
+			need := fs.FileMode(0o400)
+			switch {
+			case e.IsDir() && d == "gocache":
+				need = 0o700
+			case e.IsDir():
+				need = 0o500
+			}
+			if fi.Mode().Perm()&need != need && l.unusable == "" {
+				l.unusable = fmt.Sprintf("%s (mode %s)", p, fi.Mode().Perm())
+			}
+			if e.IsDir() {
+				return nil
 			}
 			rel, _ := filepath.Rel(dir, p)
 			l.rel = append(l.rel, rel)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,11 +36,6 @@ func fakeWarmBox(t *testing.T, backend string) (sb Sandbox, base, gen string, wa
 	root := filepath.Join(base, "warm")
 	sb, id, warn := warmBox(t, backend, root)
 	gen = fakeGen(t, root, id)
-	if id.drop {
-		if err := handOver(gen, id); err != nil {
-			t.Fatal(err)
-		}
-	}
 	writeFile(t, filepath.Join(base, "tree", "go.mod"), "module example.com/attack\n\ngo 1.22\n", 0o644)
 	return sb, base, gen, warn
 }
@@ -147,5 +143,35 @@ func TestWarmGenerationInUseNotPruned(t *testing.T) {
 	// generation gone: an error (cold), never a half-removed lower.
 	if _, err := openGen(root, id, true); err == nil {
 		t.Fatal("a removed generation opened")
+	}
+}
+
+// TestWarmCacheForeignOwnerRunsCold: an operator copies the warm cache
+// folder as root without keeping owners (cp -r, a restore): the content
+// still matches its manifest, but the sandbox uid cannot write the build
+// cache's folders. The gate used to run with it and fail (docker: "failed
+// to initialize build cache ... permission denied"); it runs cold, after
+// one warning.
+func TestWarmCacheForeignOwnerRunsCold(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox runs as the conductor's own uid: nothing else to own the cache")
+	}
+	for _, backend := range []string{BackendBwrap, BackendDocker} {
+		t.Run(backend, func(t *testing.T) {
+			sb, base, gen, warn := fakeWarmBox(t, backend)
+			for _, c := range []string{"gocache", "gomodcache"} {
+				if out, err := exec.Command("chown", "-R", "0:0", filepath.Join(gen, c)).CombinedOutput(); err != nil {
+					t.Fatalf("chown: %v: %s", err, out)
+				}
+			}
+			tree := filepath.Join(base, "tree")
+			writeFile(t, filepath.Join(tree, "main.go"), "package main\n\nfunc main() {}\n", 0o644)
+			host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
+			g := warmGate(t, sb, tree, func(k string) string { return host[k] }, "go", "build", "./...")
+			if g.err != nil || g.res.ExitCode != 0 {
+				t.Fatalf("the gate failed because of the cache's owner (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
+			}
+			oneColdWarning(t, warn, "warm it again")
+		})
 	}
 }

@@ -14,8 +14,9 @@ import (
 )
 
 // fakeGen writes a small, valid generation of a warm cache into root (no
-// compiling: a few files and their manifest) and points root/current at
-// it: what the bad-cache cases below then break one way each.
+// compiling: a few files and their manifest), the sandbox uid's as a
+// warming leaves it, and points root/current at it: what the bad-cache
+// cases below then break one way each.
 func fakeGen(t *testing.T, root string, id identity) string {
 	t.Helper()
 	gen := filepath.Join(root, genPrefix+"1")
@@ -36,6 +37,11 @@ func fakeGen(t *testing.T, root string, id identity) string {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(gen, manifestName), string(m), 0o644)
+	if id.drop {
+		if err := handOver(gen, id); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := os.Symlink(genPrefix+"1", filepath.Join(root, "current")); err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +188,25 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, "corrupted"},
+		// A copy that did not keep owners or modes: the content is as
+		// warmed, but go could not write its build cache (seen: the
+		// docker backend's gate failed, "failed to initialize build
+		// cache ... permission denied").
+		{"owned by root, as a copy by root leaves it", func(t *testing.T, root, gen string) {
+			if os.Geteuid() != 0 {
+				t.Skip("the sandbox runs as the conductor's own uid: nothing else to own it")
+			}
+			for _, c := range []string{"gocache", "gomodcache"} {
+				if out, err := exec.Command("chown", "-R", "0:0", filepath.Join(gen, c)).CombinedOutput(); err != nil {
+					t.Fatalf("chown: %v: %s", err, out)
+				}
+			}
+		}, "warm it again"},
+		{"a build cache folder its owner may not write", func(t *testing.T, root, gen string) {
+			if err := os.Chmod(filepath.Join(gen, "gocache", "ab"), 0o555); err != nil {
+				t.Fatal(err)
+			}
+		}, "warm it again"},
 		{"a named pipe among the cache files", func(t *testing.T, root, gen string) {
 			if err := syscall.Mkfifo(filepath.Join(gen, "gocache", "ab", "ab14-d"), 0o644); err != nil {
 				t.Fatal(err)
