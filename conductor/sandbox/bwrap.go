@@ -128,7 +128,7 @@ func (b *bwrapBackend) run(ctx context.Context, spec Spec) (Result, sandboxInfo,
 		return Result{ExitCode: -1}, info, fmt.Errorf("sandbox: %w", err)
 	}
 	if spec.WarmGoCache {
-		if l := b.warm.layer(p.scratch, p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
+		if l := b.warm.layer(p.scratch, p.writableDirs(), p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
 			defer l.cleanup()
 			p.addWarm(l)
 		}

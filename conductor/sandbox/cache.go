@@ -463,13 +463,14 @@ type warmLayer struct {
 }
 
 // layer prepares scratch's warm layer for one command, or explains (in one
-// line on warn, once per scratch folder) why the command runs cold. env is
-// the command's environment (for GOFLAGS). A nil layer means cold.
-func (w *warmer) layer(scratch string, env [][2]string, warn io.Writer) *warmLayer {
+// line on warn, once per scratch folder) why the command runs cold.
+// writable are the host folders the command may write, env its
+// environment (for GOFLAGS). A nil layer means cold.
+func (w *warmer) layer(scratch string, writable []string, env [][2]string, warn io.Writer) *warmLayer {
 	if w == nil || w.root == "" || scratch == "" {
 		return nil
 	}
-	l, err := w.prepare(scratch, env)
+	l, err := w.prepare(scratch, writable, env)
 	if err == nil {
 		return l
 	}
@@ -637,7 +638,20 @@ func unmountUnder(dir string) {
 	}
 }
 
-func (w *warmer) prepare(scratch string, env [][2]string) (*warmLayer, error) {
+func (w *warmer) prepare(scratch string, writable []string, env [][2]string) (*warmLayer, error) {
+	// A cache folder in one the command can write (named inside a
+	// worktree, say) is a lower layer a worker could change while a gate
+	// reads it.
+	if real, err := filepath.Abs(w.root); err == nil {
+		if r, err := filepath.EvalSymlinks(real); err == nil {
+			real = r
+		}
+		for _, d := range writable {
+			if d != "" && within(real, d) {
+				return nil, fmt.Errorf("%s lies in %s, which the command can write", w.root, d)
+			}
+		}
+	}
 	g, err := openGen(w.root, w.id, true)
 	if err != nil {
 		return nil, err

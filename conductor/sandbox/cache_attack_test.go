@@ -175,3 +175,25 @@ func TestWarmCacheForeignOwnerRunsCold(t *testing.T) {
 		})
 	}
 }
+
+// TestWarmCacheInAWritableFolderNotUsed: a warm cache folder the command
+// itself can write (the operator named one inside a worktree, say) is a
+// lower layer a worker could change while a gate reads it: it is not
+// used, and the command runs cold after one warning.
+func TestWarmCacheInAWritableFolderNotUsed(t *testing.T) {
+	for _, backend := range []string{BackendBwrap, BackendDocker} {
+		t.Run(backend, func(t *testing.T) {
+			base := worktree(t)
+			tree := filepath.Join(base, "tree")
+			root := filepath.Join(tree, ".cache", "warm")
+			sb, id, warn := warmBox(t, backend, root)
+			fakeGen(t, root, id)
+			writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/inside\n\ngo 1.22\n", 0o644)
+			g := shellGate(t, sb, tree, filepath.Join(base, "scratch"), `echo "$GOCACHE"`)
+			if strings.Contains(g.out, warmDirName) {
+				t.Fatalf("the gate ran with a warm cache it could write:\n%s", g.out)
+			}
+			oneColdWarning(t, warn, "can write")
+		})
+	}
+}

@@ -823,7 +823,7 @@ func (b *dockerBackend) Run(ctx context.Context, spec Spec) (Result, error) {
 		return Result{ExitCode: -1}, fmt.Errorf("sandbox docker: %w", err)
 	}
 	if spec.WarmGoCache {
-		if l := b.warm.layer(p.scratch, p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
+		if l := b.warm.layer(p.scratch, p.writableDirs(), p.env, cmpWarn(spec.Warn, b.opts.Warn)); l != nil {
 			defer l.cleanup()
 			p.addWarm(l)
 		}

@@ -432,6 +432,18 @@ func (p *plan) addWarm(l *warmLayer) {
 	}
 }
 
+// writableDirs are the host folders the plan's command may write: its
+// worktree, its scratch folder and its writable mounts (resolved).
+func (p plan) writableDirs() []string {
+	dirs := []string{p.dir, p.scratch}
+	for _, m := range p.mounts {
+		if m.Writable {
+			dirs = append(dirs, m.Path)
+		}
+	}
+	return dirs
+}
+
 func (p plan) hasEnv(name string) bool {
 	for _, kv := range p.env {
 		if kv[0] == name {
