@@ -1050,11 +1050,19 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 			return res, fmt.Errorf("warm Go cache: module proxy: %w", err)
 		}
 	}
+	// Every download first: the conductor writes into the stage and reads
+	// the tree only before any sandboxed command could write either.
 	for _, mod := range mods {
 		if ctx.Err() != nil {
 			break
 		}
-		warmModule(ctx, o, box, env, proxy, stage, mod, report)
+		downloadModule(ctx, o, env, proxy, mod, report)
+	}
+	for _, mod := range mods {
+		if ctx.Err() != nil {
+			break
+		}
+		compileModule(ctx, o, box, env, stage, mod, report)
 	}
 	if ctx.Err() != nil {
 		return res, ctx.Err()
@@ -1162,25 +1170,31 @@ func pruneGens(root, keep string) []string {
 	return removed
 }
 
-// warmModule downloads mod's modules and compiles it into the stage's
-// caches, reporting each go command's end.
-func warmModule(ctx context.Context, o WarmOptions, box Sandbox, env []string, proxy, stage string, mod goModule, report func(args []string, t0 time.Time, err error, out []byte)) {
+// downloadModule downloads mod's modules into the stage's module cache,
+// reporting the go command's end.
+func downloadModule(ctx context.Context, o WarmOptions, env []string, proxy string, mod goModule, report func(args []string, t0 time.Time, err error, out []byte)) {
 	// Downloading runs on the host: it reads go.mod and go.sum and copies
 	// checked module files from the host's module cache (a file proxy, no
 	// network, no version control), and compiles nothing.
-	if mod.hasGoMod {
-		args := mod.args("mod", "download")
-		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
-		cmd := exec.CommandContext(cctx, "go", args...)
-		cmd.Dir = o.Tree
-		cmd.Env = append(env, "GOPROXY="+proxy, "GOVCS=*:off", "TMPDIR="+os.TempDir())
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.WaitDelay = 5 * time.Second
-		t0 := time.Now()
-		out, err := cmd.CombinedOutput()
-		cancel()
-		report(args, t0, err, out)
+	if !mod.hasGoMod {
+		return
 	}
+	args := mod.args("mod", "download")
+	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "go", args...)
+	cmd.Dir = o.Tree
+	cmd.Env = append(env, "GOPROXY="+proxy, "GOVCS=*:off", "TMPDIR="+os.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	t0 := time.Now()
+	out, err := cmd.CombinedOutput()
+	report(args, t0, err, out)
+}
+
+// compileModule compiles mod into the stage's caches, in the sandbox,
+// reporting each go command's end.
+func compileModule(ctx context.Context, o WarmOptions, box Sandbox, env []string, stage string, mod goModule, report func(args []string, t0 time.Time, err error, out []byte)) {
 	// Compiling runs in the sandbox: the landed tree is a worker's code,
 	// and compiling reads files (a cgo preamble's .incbin, a replace with a
 	// host path) into the objects every later command sees. The whole tree

@@ -196,6 +196,26 @@ func TestWarmGoWarmsEveryModule(t *testing.T) {
 	if !strings.Contains(log.String(), "go -C tools/lint test") {
 		t.Errorf("the sub-module's test binaries were not linked:\n%s", log.String())
 	}
+	// Every download (on the host, as the conductor, into the stage and
+	// reading the tree) comes before the first compile in the sandbox,
+	// which can write both: the conductor never writes where, or reads
+	// what, a sandboxed command of this warming could have written.
+	compiled := false
+	downloads := 0
+	for _, line := range strings.Split(log.String(), "\n") {
+		switch {
+		case strings.Contains(line, " mod download"):
+			downloads++
+			if compiled {
+				t.Errorf("a download after a compile in the sandbox: %q\n%s", line, log.String())
+			}
+		case strings.Contains(line, "conductor: warm: go "):
+			compiled = true
+		}
+	}
+	if downloads != 2 {
+		t.Errorf("%d downloads logged, want 2 (one per module):\n%s", downloads, log.String())
+	}
 }
 
 // TestWarmGoCopiesOnlyPinnedModules: a warming fills the warm module cache
