@@ -1045,9 +1045,11 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 		fmt.Fprintln(o.Log, "conductor: warm:", none)
 	}
 	proxy := "off"
-	if dl := hostModuleDownloads(ctx, getenv); dl != "" && len(mods) > 0 {
-		if proxy, err = pinnedModuleProxy(dl, o.Tree, mods, filepath.Join(owned, "proxy")); err != nil {
-			return res, fmt.Errorf("warm Go cache: module proxy: %w", err)
+	if len(mods) > 0 {
+		if dl := hostModuleDownloads(ctx, getenv); dl != "" {
+			if proxy, err = pinnedModuleProxy(dl, o.Tree, mods, filepath.Join(owned, "proxy")); err != nil {
+				return res, fmt.Errorf("warm Go cache: module proxy: %w", err)
+			}
 		}
 	}
 	// Every download first: the conductor writes into the stage and reads
