@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -238,21 +239,13 @@ func TestWarmGoCopiesOnlyPinnedModules(t *testing.T) {
 	hostMods := filepath.Join(base, "host-modcache")
 	dl := filepath.Join(hostMods, "cache", "download")
 	for _, m := range []struct{ path, marker string }{{"example.com/private", secret}, {"example.com/Pinned", pinned}} {
-		src := filepath.Join(base, "src")
 		esc := strings.ReplaceAll(m.path, "P", "!p")
-		dir := filepath.Join(src, m.path+"@v1.0.0")
 		gomod := "module " + m.path + "\n\ngo 1.22\n"
-		writeFile(t, filepath.Join(dir, "go.mod"), gomod, 0o644)
-		writeFile(t, filepath.Join(dir, "p.go"), "package p\n\nconst Marker = \""+m.marker+"\"\n", 0o644)
 		at := filepath.Join(dl, esc, "@v")
 		writeFile(t, filepath.Join(at, "v1.0.0.mod"), gomod, 0o644)
 		writeFile(t, filepath.Join(at, "v1.0.0.info"), `{"Version":"v1.0.0"}`, 0o644)
 		writeFile(t, filepath.Join(at, "list"), "v1.0.0\n", 0o644)
-		zip := exec.Command("zip", "-qr", filepath.Join(at, "v1.0.0.zip"), m.path+"@v1.0.0")
-		zip.Dir = src
-		if out, err := zip.CombinedOutput(); err != nil {
-			t.Skipf("zip: %v: %s", err, out)
-		}
+		zipModule(t, filepath.Join(at, "v1.0.0.zip"), m.path+"@v1.0.0", map[string]string{"go.mod": gomod, "p.go": "package p\n\nconst Marker = \"" + m.marker + "\"\n"})
 	}
 	// The root module pins what it requires; a module in a subfolder
 	// (which the gates need not build) names the private one without its
@@ -298,4 +291,25 @@ func TestWarmGoCopiesOnlyPinnedModules(t *testing.T) {
 	if !found[pinned] {
 		t.Error("the module the tree pins is not in the warm cache")
 	}
+}
+
+// zipModule writes a module zip as a module proxy serves it: each file
+// under prefix (module@version/).
+func zipModule(t *testing.T, dst, prefix string, files map[string]string) {
+	t.Helper()
+	var b bytes.Buffer
+	z := zip.NewWriter(&b)
+	for name, content := range files {
+		w, err := z.Create(prefix + "/" + name)
+		if err == nil {
+			_, err = w.Write([]byte(content))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := z.Close(); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, dst, b.String(), 0o644)
 }
