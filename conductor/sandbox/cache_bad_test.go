@@ -193,14 +193,7 @@ func TestWarmCacheBadFolderRunsCold(t *testing.T) {
 		// docker backend's gate failed, "failed to initialize build
 		// cache ... permission denied").
 		{"owned by root, as a copy by root leaves it", func(t *testing.T, root, gen string) {
-			if os.Geteuid() != 0 {
-				t.Skip("the sandbox runs as the conductor's own uid: nothing else to own it")
-			}
-			for _, c := range []string{"gocache", "gomodcache"} {
-				if out, err := exec.Command("chown", "-R", "0:0", filepath.Join(gen, c)).CombinedOutput(); err != nil {
-					t.Fatalf("chown: %v: %s", err, out)
-				}
-			}
+			ownGenByRoot(t, gen)
 		}, "warm it again"},
 		{"a build cache folder its owner may not write", func(t *testing.T, root, gen string) {
 			if err := os.Chmod(filepath.Join(gen, "gocache", "ab"), 0o555); err != nil {
@@ -468,12 +461,34 @@ func TestWarmCacheFullLayerFolderRunsCold(t *testing.T) {
 			tree := filepath.Join(base, "tree")
 			writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/full\n\ngo 1.22\n", 0o644)
 			writeFile(t, filepath.Join(tree, "main.go"), "package main\n\nfunc main() {}\n", 0o644)
-			host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
-			g := warmGate(t, sb, tree, func(k string) string { return host[k] }, "go", "build", "./...")
-			if g.err != nil || g.res.ExitCode != 0 {
-				t.Fatalf("the gate failed because of the full layer folder (exit %d, %v):\n%s", g.res.ExitCode, g.err, g.out)
-			}
-			oneColdWarning(t, warn, "full")
+			goBuildRunsCold(t, sb, tree, warn, "full")
 		})
 	}
+}
+
+// ownGenByRoot gives the generation's caches to root, as a copy by root
+// that did not keep owners leaves them (skipped unless the test runs as
+// root: the sandbox then runs as the test's own uid).
+func ownGenByRoot(t *testing.T, gen string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox runs as the conductor's own uid: nothing else to own the cache")
+	}
+	for _, c := range []string{"gocache", "gomodcache"} {
+		if out, err := exec.Command("chown", "-R", "0:0", filepath.Join(gen, c)).CombinedOutput(); err != nil {
+			t.Fatalf("chown: %v: %s", err, out)
+		}
+	}
+}
+
+// goBuildRunsCold runs `go build ./...` in tree as a gate: it must pass,
+// with one warning naming why the warm cache was not used.
+func goBuildRunsCold(t *testing.T, sb Sandbox, tree string, warn *bytes.Buffer, why string) {
+	t.Helper()
+	host := map[string]string{"PATH": strings.TrimPrefix(testPath, "PATH=")}
+	g := warmGate(t, sb, tree, func(k string) string { return host[k] }, "go", "build", "./...")
+	if g.err != nil || g.res.ExitCode != 0 {
+		t.Fatalf("the gate failed because of the cache (%s; exit %d, %v):\n%s", why, g.res.ExitCode, g.err, g.out)
+	}
+	oneColdWarning(t, warn, why)
 }
