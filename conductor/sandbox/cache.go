@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/mod/module"
+
 	"github.com/conductor-dev/conductor/conductor"
 	"github.com/conductor-dev/conductor/conductor/runrec"
 )
@@ -1271,9 +1273,11 @@ func pinnedModuleProxy(dl, tree string, mods []goModule, dir string) (string, er
 				continue
 			}
 			ver, modOnly := strings.CutSuffix(fs[1], "/go.mod")
-			mp, ok1 := escapeModule(fs[0], true)
-			ev, ok2 := escapeModule(ver, false)
-			if !ok1 || !ok2 {
+			// Escaped as a proxy names them; a path or version go would
+			// refuse (an element "..", say) is skipped.
+			mp, err1 := module.EscapePath(fs[0])
+			ev, err2 := module.EscapeVersion(ver)
+			if err1 != nil || err2 != nil {
 				continue
 			}
 			exts := []string{".info", ".mod", ".zip"}
@@ -1300,36 +1304,6 @@ func pinnedModuleProxy(dl, tree string, mods []goModule, dir string) (string, er
 		return "off", nil
 	}
 	return "file://" + dir + ",off", nil
-}
-
-// escapeModule escapes a module path (path) or version as a module proxy
-// names it, each upper-case letter as "!" and its lower case; ok is false
-// unless it is made of letters, digits and "-._~+" (and, in a path,
-// slashes between non-empty elements other than "." and "..").
-func escapeModule(s string, path bool) (string, bool) {
-	if s == "" || len(s) > 1024 {
-		return "", false
-	}
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r >= 'A' && r <= 'Z':
-			b.WriteByte('!')
-			b.WriteRune(r + 'a' - 'A')
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', strings.ContainsRune("-._~+", r):
-			b.WriteRune(r)
-		case r == '/' && path:
-			b.WriteRune(r)
-		default:
-			return "", false
-		}
-	}
-	for _, e := range strings.Split(s, "/") {
-		if e == "" || e == "." || e == ".." {
-			return "", false
-		}
-	}
-	return b.String(), true
 }
 
 func goVersion(env []string) string {
