@@ -124,11 +124,25 @@ func (g *warmGen) release() {
 	}
 }
 
+// absRoot refuses a cache folder named by a relative path (a library
+// caller's Options; the config file and the environment refuse one): it
+// would be found from whatever the current directory is when a command
+// starts, a worktree perhaps.
+func absRoot(root string) error {
+	if !filepath.IsAbs(root) {
+		return fmt.Errorf("the cache folder %q is not an absolute path", root)
+	}
+	return nil
+}
+
 // openGen opens the current generation of the warm cache in root for the
 // sandbox identity id, after checking it against its manifest: its
 // content is hashed unless trustStamp and its stamp says nothing was
 // written since it last matched.
 func openGen(root string, id identity, trustStamp bool) (*warmGen, error) {
+	if err := absRoot(root); err != nil {
+		return nil, err
+	}
 	target, err := os.Readlink(filepath.Join(root, "current"))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -641,6 +655,9 @@ func unmountUnder(dir string) {
 }
 
 func (w *warmer) prepare(scratch string, writable []string, env [][2]string) (*warmLayer, error) {
+	if err := absRoot(w.root); err != nil {
+		return nil, err
+	}
 	// A cache folder in one the command can write (named inside a
 	// worktree, say) is a lower layer a worker could change while a gate
 	// reads it.
@@ -927,6 +944,9 @@ func WarmGo(ctx context.Context, o WarmOptions) (WarmResult, error) {
 	root := so.GoCache
 	if root == "" {
 		return res, fmt.Errorf("warm Go cache: no cache folder (%s=off, or neither HOME nor XDG_CACHE_HOME is set)", EnvGoCache)
+	}
+	if err := absRoot(root); err != nil {
+		return res, fmt.Errorf("warm Go cache: %w", err)
 	}
 	id, err := so.identity()
 	if err != nil {

@@ -167,6 +167,28 @@ func TestWarmCacheForeignOwnerRunsCold(t *testing.T) {
 // itself can write (the operator named one inside a worktree, say) is a
 // lower layer a worker could change while a gate reads it: it is not
 // used, and the command runs cold after one warning.
+// A cache folder given as a relative path (by a library caller: the
+// config file and the environment refuse one) would be found from
+// whatever the current directory is when a command starts, which may be a
+// worktree: it is not used, and the command runs cold with one warning.
+func TestWarmCacheRelativeFolderNotUsed(t *testing.T) {
+	for _, backend := range []string{BackendBwrap, BackendDocker} {
+		t.Run(backend, func(t *testing.T) {
+			base := worktree(t)
+			sb, id, warn := warmBox(t, backend, "warm")
+			t.Chdir(base)
+			fakeGen(t, filepath.Join(base, "warm"), id)
+			tree := filepath.Join(base, "tree")
+			writeFile(t, filepath.Join(tree, "go.mod"), "module example.com/relative\n\ngo 1.22\n", 0o644)
+			g := shellGate(t, sb, tree, filepath.Join(base, "scratch"), `echo "$GOCACHE"`)
+			if strings.Contains(g.out, warmDirName) {
+				t.Fatalf("the gate ran with a warm cache found from the current directory:\n%s", g.out)
+			}
+			oneColdWarning(t, warn, "absolute")
+		})
+	}
+}
+
 func TestWarmCacheInAWritableFolderNotUsed(t *testing.T) {
 	for _, backend := range []string{BackendBwrap, BackendDocker} {
 		t.Run(backend, func(t *testing.T) {

@@ -127,7 +127,10 @@ type dockerBackend struct {
 
 	mu    sync.Mutex
 	boxes map[string]*dockerJob
-	warm  *warmer
+	// byMounts names, for each set of mounts, the key of the container
+	// made for the sources they bind now (dockerMounts.key).
+	byMounts map[string]string
+	warm     *warmer
 }
 
 // dockerJob is one job's container.
@@ -279,7 +282,7 @@ func (b *dockerBackend) docker(ctx context.Context, args ...string) ([]byte, err
 func (b *dockerBackend) Close() error {
 	b.mu.Lock()
 	boxes := b.boxes
-	b.boxes = map[string]*dockerJob{}
+	b.boxes, b.byMounts = map[string]*dockerJob{}, nil
 	state := b.state
 	b.state = ""
 	b.mu.Unlock()
@@ -482,6 +485,29 @@ func (b *dockerBackend) ensureImage(ctx context.Context) (string, error) {
 type dockerMounts struct {
 	args  []string
 	fresh []string // HOME-like folders given a tmpfs
+	srcs  []string // the host folders and files bound
+}
+
+// key names the container these mounts make: mounts hashes their
+// arguments, key those and the identity of each bound source as it is now
+// (a source that cannot be read counts as none; docker then says why the
+// container does not start).
+func (m dockerMounts) key() (mounts, key string) {
+	h := sha256.New()
+	for _, a := range m.args {
+		h.Write([]byte(a))
+		h.Write([]byte{0})
+	}
+	mounts = hex.EncodeToString(h.Sum(nil)[:8])
+	for _, src := range m.srcs {
+		var st syscall.Stat_t
+		if syscall.Stat(src, &st) == nil {
+			fmt.Fprintf(h, "%d:%d\x00", st.Dev, st.Ino)
+		} else {
+			h.Write([]byte("-\x00"))
+		}
+	}
+	return mounts, hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 func (b *dockerBackend) mounts(p plan) dockerMounts {
@@ -492,6 +518,7 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 			s += ",readonly"
 		}
 		m.args = append(m.args, "--mount", s)
+		m.srcs = append(m.srcs, src)
 	}
 	var ro []string
 	if b.dopts.Image == "" {
@@ -564,8 +591,10 @@ func (b *dockerBackend) mounts(p plan) dockerMounts {
 }
 
 // box returns the container for a plan, making it on first use. The key is
-// every bind and tmpfs of the container: the commands of one job (one
-// worktree, one scratch folder) share one.
+// every bind and tmpfs of the container, and the device and inode of each
+// bound source: the commands of one job (one worktree, one scratch folder)
+// share one, and a folder removed and made again at the same path (whose
+// old container's mount holds the deleted one) gets a new one.
 func (b *dockerBackend) box(ctx context.Context, p plan) (*dockerJob, error) {
 	b.mu.Lock()
 	if err := b.ensureState(); err != nil {
@@ -573,14 +602,28 @@ func (b *dockerBackend) box(ctx context.Context, p plan) (*dockerJob, error) {
 		return nil, err
 	}
 	m := b.mounts(p)
-	h := sha256.Sum256([]byte(strings.Join(m.args, "\x00")))
-	key := hex.EncodeToString(h[:8])
+	mk, key := m.key()
+	// The container of the folders these paths named before (removed and
+	// made again since) binds deleted folders: it goes.
+	var stale *dockerJob
+	if old, ok := b.byMounts[mk]; ok && old != key {
+		stale = b.boxes[old]
+		delete(b.boxes, old)
+	}
+	if b.byMounts == nil {
+		b.byMounts = map[string]string{}
+	}
+	b.byMounts[mk] = key
 	c := b.boxes[key]
 	if c == nil || c.dead.Load() {
 		c = &dockerJob{name: dockerPrefix + strconv.Itoa(os.Getpid()) + "-" + b.tag + "-" + key}
 		b.boxes[key] = c
 	}
 	b.mu.Unlock()
+	if stale != nil {
+		stale.dead.Store(true)
+		_, _ = b.docker(context.WithoutCancel(ctx), "rm", "--force", "--volumes", stale.name)
+	}
 	c.mu.Lock()
 	if c.keep != nil && !c.dead.Load() {
 		return c, nil

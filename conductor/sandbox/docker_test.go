@@ -152,6 +152,30 @@ func TestDockerOneContainerPerJob(t *testing.T) {
 	}
 }
 
+// A worktree removed and made again at the same path is another job: its
+// container binds the new folder, not the deleted one the first
+// container's mounts still hold; that container is removed.
+func TestDockerRecreatedFolderGetsANewContainer(t *testing.T) {
+	host := dockerHost(t)
+	sb := dockerBox(t, nil)
+	_, et := escapeTool(t)
+	wt := worktree(t)
+	before := len(dockerContainers(t, host))
+	for _, want := range []string{"first", "second", "third"} {
+		if err := os.RemoveAll(wt); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(wt, "marker"), want, 0o644)
+		res, err := sb.Run(context.Background(), Spec{Dir: wt, Argv: []string{et, "read", "marker"}, Timeout: 20 * time.Second})
+		if err != nil || res.ExitCode != 0 || !strings.Contains(string(res.Output), want) {
+			t.Fatalf("folder %q: want the command to read %q: %v, exit %d, %q", wt, want, err, res.ExitCode, res.Output)
+		}
+		if n := len(dockerContainers(t, host)) - before; n != 1 {
+			t.Fatalf("%d containers for one folder made again, want 1", n)
+		}
+	}
+}
+
 func TestDockerRunsUnprivileged(t *testing.T) {
 	sb := dockerBox(t, nil)
 	_, et := escapeTool(t)
