@@ -5,7 +5,7 @@ import "strings"
 // SchemaVersion is the newest schema this binary knows. A store whose
 // schema is newer is refused (CodeSchemaTooNew); an older one is migrated
 // forward when opened.
-const SchemaVersion = 7
+const SchemaVersion = 8
 
 // migration is one step of the schema. Statements are written once for both
 // backends; the dialect fills the few type names that differ.
@@ -192,6 +192,18 @@ var migrations = []migration{
 	{version: 7, name: "worker heartbeat occupancy", stmts: []string{
 		`ALTER TABLE worker_heartbeats ADD COLUMN finishing BIGINT NOT NULL DEFAULT 0`,
 		`ALTER TABLE worker_heartbeats ADD COLUMN waiting BIGINT NOT NULL DEFAULT 0`,
+	}},
+	// The model semaphore's waiters, served in the order they came
+	// (TryAcquireSlot): seq orders them, seen_until is when a waiter that
+	// stopped asking loses its place.
+	{version: 8, name: "model slot waiters", stmts: []string{
+		`CREATE TABLE model_slot_waiters (
+			name       TEXT NOT NULL,
+			holder     TEXT NOT NULL,
+			seq        BIGINT NOT NULL,
+			seen_until BIGINT NOT NULL,
+			PRIMARY KEY (name, holder)
+		)`,
 	}},
 }
 

@@ -21,6 +21,19 @@ type SlotUse struct {
 // held by one holder until its lease expires. Taking a slot is one upsert
 // that succeeds only on a free or expired row, so on both backends at most
 // max holders ever hold a lease at once, whatever the races.
+//
+// Waiters are served in the order they came, across processes and hosts:
+// a holder that finds no slot it may take keeps a place in
+// model_slot_waiters while it asks again within SlotWaitLease, and a free
+// slot goes to the first places. A waiter that stopped asking (it died,
+// or gave up without ReleaseSlot) loses its place after SlotWaitLease; one
+// that asks again after that joins at the back.
+
+// SlotWaitLease is how long a waiter keeps its place in the queue for a
+// model slot without asking again. Waiters ask at least every quarter of
+// it (queue.ModelSlots); a dead waiter holds the head of the queue at
+// most this long.
+const SlotWaitLease = 3 * time.Second
 
 func checkSlotArgs(name, holder string) error {
 	switch {
@@ -65,8 +78,33 @@ func (s *sqlStore) TryAcquireSlot(ctx context.Context, name, holder string, max 
 				break
 			}
 		}
-		if slot < 0 {
-			return nil
+		// The queue: lapsed places go; a free slot is this holder's when
+		// fewer waiters than free slots stand before it.
+		if _, err := q.exec(ctx, `DELETE FROM model_slot_waiters WHERE name = ? AND seen_until < ?`, name, ts(now)); err != nil {
+			return err
+		}
+		queued, err := all(ctx, q, func(r scanner) (string, error) {
+			var v string
+			return v, r.Scan(&v)
+		}, `SELECT holder FROM model_slot_waiters WHERE name = ? ORDER BY seq, holder`, name)
+		if err != nil {
+			return err
+		}
+		place := slices.Index(queued, holder)
+		ahead := place
+		if place < 0 {
+			ahead = len(queued)
+		}
+		if free := int64(max) - int64(len(live)); slot < 0 || int64(ahead) >= free {
+			seen := ts(now.Add(SlotWaitLease))
+			if place >= 0 {
+				_, err = q.exec(ctx, `UPDATE model_slot_waiters SET seen_until = ? WHERE name = ? AND holder = ?`, seen, name, holder)
+				return err
+			}
+			_, err = q.exec(ctx, `INSERT INTO model_slot_waiters (name, holder, seq, seen_until)
+				SELECT CAST(? AS TEXT), CAST(? AS TEXT), COALESCE(MAX(seq), 0) + 1, CAST(? AS BIGINT)
+				FROM model_slot_waiters WHERE name = ?`, name, holder, seen, name)
+			return err
 		}
 		n, err = q.exec(ctx, `INSERT INTO model_slots (name, slot, holder, max_slots, acquired_at, expires_at)
 			VALUES (?, ?, ?, ?, ?, ?)
@@ -74,7 +112,13 @@ func (s *sqlStore) TryAcquireSlot(ctx context.Context, name, holder string, max 
 				acquired_at = excluded.acquired_at, expires_at = excluded.expires_at
 			WHERE model_slots.expires_at < ?`,
 			name, slot, holder, int64(max), ts(now), exp, ts(now))
-		got = n == 1
+		if err != nil || n != 1 {
+			return err
+		}
+		got = true
+		if place >= 0 {
+			_, err = q.exec(ctx, `DELETE FROM model_slot_waiters WHERE name = ? AND holder = ?`, name, holder)
+		}
 		return err
 	})
 	if err != nil {
@@ -101,13 +145,16 @@ func (s *sqlStore) RenewSlot(ctx context.Context, name, holder string, ttl time.
 	return n > 0, nil
 }
 
-// ReleaseSlot frees holder's slot.
+// ReleaseSlot frees holder's slot, or its place in the queue.
 func (s *sqlStore) ReleaseSlot(ctx context.Context, name, holder string) error {
 	if err := checkSlotArgs(name, holder); err != nil {
 		return err
 	}
 	err := s.write(ctx, func(q querier) error {
-		_, err := q.exec(ctx, `DELETE FROM model_slots WHERE name = ? AND holder = ?`, name, holder)
+		if _, err := q.exec(ctx, `DELETE FROM model_slots WHERE name = ? AND holder = ?`, name, holder); err != nil {
+			return err
+		}
+		_, err := q.exec(ctx, `DELETE FROM model_slot_waiters WHERE name = ? AND holder = ?`, name, holder)
 		return err
 	})
 	if err != nil {

@@ -113,6 +113,66 @@ func TestModelSlots(t *testing.T) {
 	}
 }
 
+// TestModelSlotsServeWaitersInOrder: a free slot goes to the waiter that
+// came first, not to whoever asks first after the release; a waiter that
+// stopped asking loses its place after SlotWaitLease, and one that gave up
+// (ReleaseSlot) at once.
+func TestModelSlotsServeWaitersInOrder(t *testing.T) {
+	ctx := context.Background()
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			c := bustest.NewClock()
+			s := open(t, c.Now).(slotStore)
+			other := open(t, c.Now).(slotStore) // another process's handle
+			try := func(s slotStore, holder string, want bool) {
+				t.Helper()
+				got, err := s.TryAcquireSlot(ctx, "qwen", holder, 1, time.Minute)
+				if err != nil || got != want {
+					t.Fatalf("acquire by %s: %v %v, want %v", holder, got, err, want)
+				}
+			}
+			release := func(holder string) {
+				t.Helper()
+				if err := s.ReleaseSlot(ctx, "qwen", holder); err != nil {
+					t.Fatal(err)
+				}
+			}
+			try(s, "a", true)
+			try(other, "b", false) // b waits first
+			try(s, "c", false)
+			release("a")
+			try(s, "c", false) // c asks first after the release: b's turn
+			try(other, "b", true)
+			release("b")
+			try(s, "c", true)
+
+			// A waiter that stops asking loses its place.
+			try(s, "d", false)
+			c.Advance(bus.SlotWaitLease / 2)
+			try(other, "e", false)
+			c.Advance(bus.SlotWaitLease/2 + time.Second) // d's place lapsed, e's not
+			release("c")
+			try(s, "f", false) // e is still first
+			try(other, "e", true)
+			release("e")
+			try(s, "d", false) // d came back after f: at the back
+			try(s, "f", true)
+			release("f")
+
+			// A waiter that gives up leaves the queue at once: d still
+			// waits here, and gives up.
+			try(s, "g", false)
+			release("d")
+			try(s, "g", true)
+			try(other, "h", false)
+			try(s, "i", false)
+			release("h")
+			release("g")
+			try(s, "i", true)
+		})
+	}
+}
+
 // TestModelSlotsRace: holders on separate handles of one database (as
 // processes are) race for 3 slots; no more than 3 ever hold one at once,
 // and every holder gets one in the end.

@@ -23,6 +23,9 @@ const SlotsPrefix = "conductor:model-slots"
 // the Redis server's clock, so the hosts' clocks need not agree.
 type RedisSlots struct {
 	c *redis.Client
+	// waitLease is how long a waiter keeps its place without asking again
+	// (bus.SlotWaitLease; tests shorten it).
+	waitLease time.Duration
 }
 
 var _ SlotStore = (*RedisSlots)(nil)
@@ -33,7 +36,7 @@ func DialRedisSlots(ctx context.Context, url string) (*RedisSlots, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &RedisSlots{c: c}, nil
+	return &RedisSlots{c: c, waitLease: bus.SlotWaitLease}, nil
 }
 
 // dialRedis connects to the Redis at url (REDIS_URL) and checks it
@@ -60,19 +63,53 @@ func (s *RedisSlots) Close() error { return s.c.Close() }
 
 func slotKey(name string) string { return SlotsPrefix + ":" + name }
 
-// KEYS[1] the alias's set, KEYS[2] the bounds hash; ARGV: holder, max,
-// alias, ttl ms. Expired leases are dropped first.
+// waitKeys are an alias's queue of waiters: their order, when each place
+// lapses, and the arrival counter (a prefix of their own: no alias's
+// slotKey is one of them).
+func waitKeys(name string) []string {
+	k := SlotsPrefix + "-wait:" + name
+	return []string{k, k + ":seen", k + ":seq"}
+}
+
+// KEYS[1] the alias's set, KEYS[2] the bounds hash, KEYS[3] the alias's
+// queue (member: waiter, score: arrival number), KEYS[4] when each waiter's
+// place lapses, KEYS[5] the arrival counter; ARGV: holder, max, alias, ttl
+// ms, wait lease ms. Expired leases and lapsed places are dropped first; a
+// free slot is the holder's when fewer waiters than free slots stand
+// before it (the SQL store's rule, conductor/bus/slots.go).
 var acquireSlotScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[4])
+local wl = tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 redis.call('HSET', KEYS[2], ARGV[3], ARGV[2])
-if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
   redis.call('PEXPIRE', KEYS[1], ttl * 2)
   return 1
 end
+for _, w in ipairs(redis.call('ZRANGE', KEYS[4], '-inf', '(' .. now, 'BYSCORE')) do
+  redis.call('ZREM', KEYS[3], w)
+  redis.call('ZREM', KEYS[4], w)
+end
+local free = tonumber(ARGV[2]) - redis.call('ZCARD', KEYS[1])
+local place = redis.call('ZRANK', KEYS[3], ARGV[1])
+local ahead = place or redis.call('ZCARD', KEYS[3])
+if ahead < free then
+  redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl * 2)
+  if place then
+    redis.call('ZREM', KEYS[3], ARGV[1])
+    redis.call('ZREM', KEYS[4], ARGV[1])
+  end
+  return 1
+end
+if not place then
+  redis.call('ZADD', KEYS[3], redis.call('INCR', KEYS[5]), ARGV[1])
+end
+redis.call('ZADD', KEYS[4], now + wl, ARGV[1])
+for i = 3, 5 do redis.call('PEXPIRE', KEYS[i], wl * 2) end
 return 0`)
 
 var renewSlotScript = redis.NewScript(`
@@ -93,7 +130,8 @@ return redis.call('ZRANGE', KEYS[1], '(' .. now, '+inf', 'BYSCORE')`)
 
 // TryAcquireSlot implements SlotStore.
 func (s *RedisSlots) TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error) {
-	n, err := acquireSlotScript.Run(ctx, s.c, []string{slotKey(name), SlotsPrefix}, holder, max, name, ttl.Milliseconds()).Int()
+	keys := append([]string{slotKey(name), SlotsPrefix}, waitKeys(name)...)
+	n, err := acquireSlotScript.Run(ctx, s.c, keys, holder, max, name, ttl.Milliseconds(), s.waitLease.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("redis: model slot %s: %w", name, err)
 	}
@@ -109,9 +147,16 @@ func (s *RedisSlots) RenewSlot(ctx context.Context, name, holder string, ttl tim
 	return n == 1, nil
 }
 
-// ReleaseSlot implements SlotStore.
+// ReleaseSlot implements SlotStore: the slot, or the place in the queue.
 func (s *RedisSlots) ReleaseSlot(ctx context.Context, name, holder string) error {
-	if err := s.c.ZRem(ctx, slotKey(name), holder).Err(); err != nil {
+	w := waitKeys(name)
+	_, err := s.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, slotKey(name), holder)
+		p.ZRem(ctx, w[0], holder)
+		p.ZRem(ctx, w[1], holder)
+		return nil
+	})
+	if err != nil {
 		return fmt.Errorf("redis: release model slot %s: %w", name, err)
 	}
 	return nil

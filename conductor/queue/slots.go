@@ -25,14 +25,18 @@ import (
 // out; a holder that died frees its slot when the lease expires.
 type SlotStore interface {
 	// TryAcquireSlot takes one of max slots of name for holder, leased for
-	// ttl; false when all max are held. A holder that already holds a slot
-	// of name gets it again (its lease renewed): a retry after a lost answer
-	// never takes two.
+	// ttl; false when all max are held, or when the free ones belong to
+	// holders that asked before (waiters are served in the order they came;
+	// a waiter keeps its place while it asks again within
+	// bus.SlotWaitLease). A holder that already holds a slot of name gets
+	// it again (its lease renewed): a retry after a lost answer never takes
+	// two.
 	TryAcquireSlot(ctx context.Context, name, holder string, max int, ttl time.Duration) (bool, error)
 	// RenewSlot extends holder's lease; false when it no longer holds one
 	// (it expired and was taken).
 	RenewSlot(ctx context.Context, name, holder string, ttl time.Duration) (bool, error)
-	// ReleaseSlot frees holder's slot (nothing when it holds none).
+	// ReleaseSlot frees holder's slot, or its place in the queue (nothing
+	// when it has neither).
 	ReleaseSlot(ctx context.Context, name, holder string) error
 	// SlotsInUse lists every name with its live (unexpired) holders.
 	SlotsInUse(ctx context.Context) ([]SlotUse, error)
@@ -222,6 +226,9 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 	if poll <= 0 {
 		poll = 250 * time.Millisecond
 	}
+	// A waiter keeps its place in the store's queue only while it asks
+	// again within bus.SlotWaitLease.
+	poll = min(poll, bus.SlotWaitLease/4)
 	bo := Backoff{Min: 200 * time.Millisecond, Max: 10 * time.Second}
 	wait := 10 * time.Millisecond
 	var nextReclaim time.Time // every slot held: look for dead holders now and then
@@ -255,6 +262,13 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 		}
 		select {
 		case <-ctx.Done():
+			// Its place in the queue goes now; while the store is out of
+			// reach, in the background (the place lapses anyway).
+			if err != nil {
+				go m.releaseLater(alias, holder)
+			} else {
+				m.releaseLater(alias, holder)
+			}
 			return nil, ctx.Err()
 		case <-time.After(d):
 		}

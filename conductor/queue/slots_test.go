@@ -179,6 +179,128 @@ func TestRedisSlots(t *testing.T) {
 	try("e", time.Minute, false)
 }
 
+// TestRedisSlotsServeWaitersInOrder: Redis keeps the SQL store's queue
+// (bus.TestModelSlotsServeWaitersInOrder): the first waiter gets the freed
+// slot, a place lapses when its waiter stops asking, and a waiter that
+// gives up leaves at once.
+func TestRedisSlotsServeWaitersInOrder(t *testing.T) {
+	ctx := context.Background()
+	url := testenv.Redis(t)
+	open := func() *RedisSlots {
+		s, err := DialRedisSlots(ctx, url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		s.waitLease = 400 * time.Millisecond
+		return s
+	}
+	s, other := open(), open()
+	name := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	try := func(s *RedisSlots, holder string, want bool) {
+		t.Helper()
+		got, err := s.TryAcquireSlot(ctx, name, holder, 1, time.Minute)
+		if err != nil || got != want {
+			t.Fatalf("acquire by %s: %v %v, want %v", holder, got, err, want)
+		}
+	}
+	release := func(holder string) {
+		t.Helper()
+		if err := s.ReleaseSlot(ctx, name, holder); err != nil {
+			t.Fatal(err)
+		}
+	}
+	try(s, "a", true)
+	try(other, "b", false)
+	try(s, "c", false)
+	release("a")
+	try(s, "c", false) // b came first
+	try(other, "b", true)
+	release("b")
+	try(s, "c", true)
+
+	// d stops asking: its place lapses (Redis's clock), e keeps asking.
+	try(s, "d", false)
+	try(other, "e", false)
+	for end := time.Now().Add(600 * time.Millisecond); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		try(other, "e", false)
+	}
+	release("c")
+	try(other, "e", true)
+	release("e")
+
+	// f gives up: g, behind it, gets the slot.
+	try(s, "x", true)
+	try(s, "f", false)
+	try(other, "g", false)
+	release("f")
+	release("x")
+	try(other, "g", true)
+}
+
+// TestModelSlotsLongWaiterBeforeNewcomer: a request that has waited long
+// (its tries now 250 ms apart) gets the freed slot before one that starts
+// asking right after the release; a waiter whose context ends leaves the
+// queue as it returns.
+func TestModelSlotsLongWaiterBeforeNewcomer(t *testing.T) {
+	ctx := context.Background()
+	store, err := DialRedisSlots(ctx, testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	alias := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	m := &ModelSlots{Store: store}
+	first, err := m.Acquire(ctx, alias, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int64 {
+		n, err := store.c.ZCard(ctx, waitKeys(alias)[0]).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// One waiter gives up: it leaves the queue as Acquire returns.
+	cctx, cancel := context.WithCancel(ctx)
+	gaveUp := make(chan error, 1)
+	go func() { _, err := m.Acquire(cctx, alias, 1); gaveUp <- err }()
+	for queued() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("a cancelled Acquire returned no error")
+	}
+	if n := queued(); n != 0 {
+		t.Fatalf("%d waiters queued after the only one gave up", n)
+	}
+
+	order := make(chan string, 2)
+	acquire := func(who string) {
+		rel, err := m.Acquire(ctx, alias, 1)
+		if err != nil {
+			t.Error(err)
+			order <- who
+			return
+		}
+		order <- who
+		time.Sleep(50 * time.Millisecond)
+		rel()
+	}
+	go acquire("long waiter")
+	for queued() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // its tries are now the poll apart
+	first()
+	go acquire("newcomer")
+	if a, b := <-order, <-order; a != "long waiter" || b != "newcomer" {
+		t.Fatalf("served %s, then %s: want the long waiter first", a, b)
+	}
+}
+
 // mapSlots is a semaphore whose leases never expire: only a release frees
 // a slot.
 type mapSlots struct {
