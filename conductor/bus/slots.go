@@ -30,9 +30,9 @@ type SlotUse struct {
 // that asks again after that joins at the back.
 
 // SlotWaitLease is how long a waiter keeps its place in the queue for a
-// model slot without asking again. Waiters ask at least every quarter of
-// it (queue.ModelSlots); a dead waiter holds the head of the queue at
-// most this long.
+// model slot without asking again. Waiters ask every quarter of it at
+// most, jittered up to 1.5 times that (queue.ModelSlots); a dead waiter
+// holds the head of the queue at most this long.
 const SlotWaitLease = 3 * time.Second
 
 func checkSlotArgs(name, holder string) error {
