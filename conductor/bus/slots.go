@@ -15,6 +15,9 @@ type SlotUse struct {
 	Max     int      `json:"max"`   // the bound the latest acquirer asked for
 	InUse   int      `json:"inUse"` // live leases
 	Holders []string `json:"holders"`
+	// Waiting counts the requests queued for a slot (their places not
+	// lapsed).
+	Waiting int `json:"waiting"`
 }
 
 // The model semaphore (queue.SlotStore): slot rows (name, 0..max-1), each
@@ -180,6 +183,21 @@ func (s *sqlStore) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
 	if err != nil {
 		return nil, fmt.Errorf("model slots: %w", err)
 	}
+	type wait struct {
+		name string
+		n    int
+	}
+	var ws []wait
+	err = s.read(ctx, func(q querier) (err error) {
+		ws, err = all(ctx, q, func(r scanner) (wait, error) {
+			var v wait
+			return v, r.Scan(&v.name, &v.n)
+		}, `SELECT name, COUNT(*) FROM model_slot_waiters WHERE seen_until >= ? GROUP BY name`, ts(s.timeNow()))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("model slots: %w", err)
+	}
 	now := ts(s.timeNow())
 	by := map[string]*SlotUse{}
 	var out []SlotUse
@@ -193,6 +211,11 @@ func (s *sqlStore) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
 		if r.exp >= now {
 			u.InUse++
 			u.Holders = append(u.Holders, r.holder)
+		}
+	}
+	for _, w := range ws {
+		if u := by[w.name]; u != nil {
+			u.Waiting = w.n
 		}
 	}
 	for _, u := range by {

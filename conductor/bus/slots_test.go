@@ -140,6 +140,9 @@ func TestModelSlotsServeWaitersInOrder(t *testing.T) {
 			try(s, "a", true)
 			try(other, "b", false) // b waits first
 			try(s, "c", false)
+			if use, err := s.SlotsInUse(ctx); err != nil || len(use) != 1 || use[0].InUse != 1 || use[0].Waiting != 2 {
+				t.Fatalf("in use with two waiting: %+v %v", use, err)
+			}
 			release("a")
 			try(s, "c", false) // c asks first after the release: b's turn
 			try(other, "b", true)
@@ -151,6 +154,9 @@ func TestModelSlotsServeWaitersInOrder(t *testing.T) {
 			c.Advance(bus.SlotWaitLease / 2)
 			try(other, "e", false)
 			c.Advance(bus.SlotWaitLease/2 + time.Second) // d's place lapsed, e's not
+			if use, err := s.SlotsInUse(ctx); err != nil || len(use) != 1 || use[0].Waiting != 1 {
+				t.Fatalf("in use with e waiting (d lapsed): %+v %v", use, err)
+			}
 			release("c")
 			try(s, "f", false) // e is still first
 			try(other, "e", true)

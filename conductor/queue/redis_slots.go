@@ -122,7 +122,8 @@ redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < ttl * 2 then redis.call('PEXPIRE', KEYS[1], ttl * 2) end
 return 1`)
 
-// KEYS[1] the alias's set: live holders, after dropping expired ones.
+// KEYS[1] the alias's set (or its waiters' lapse times): the members whose
+// score is still ahead of the server's clock.
 var liveSlotsScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -175,9 +176,13 @@ func (s *RedisSlots) SlotsInUse(ctx context.Context) ([]SlotUse, error) {
 		if err != nil {
 			return nil, fmt.Errorf("redis: model slots of %s: %w", name, err)
 		}
+		waiting, err := liveSlotsScript.Run(ctx, s.c, []string{waitKeys(name)[1]}).StringSlice()
+		if err != nil {
+			return nil, fmt.Errorf("redis: model slot waiters of %s: %w", name, err)
+		}
 		m, _ := strconv.Atoi(max)
 		sort.Strings(holders)
-		out = append(out, SlotUse{Name: name, Max: m, InUse: len(holders), Holders: holders})
+		out = append(out, SlotUse{Name: name, Max: m, InUse: len(holders), Holders: holders, Waiting: len(waiting)})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

@@ -213,6 +213,15 @@ func TestRedisSlotsServeWaitersInOrder(t *testing.T) {
 	try(s, "a", true)
 	try(other, "b", false)
 	try(s, "c", false)
+	use, err := s.SlotsInUse(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range use {
+		if u.Name == name && (u.InUse != 1 || u.Waiting != 2) {
+			t.Fatalf("in use with two waiting: %+v", u)
+		}
+	}
 	release("a")
 	try(s, "c", false) // b came first
 	try(other, "b", true)

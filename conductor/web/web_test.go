@@ -774,7 +774,7 @@ func TestQueueFleet(t *testing.T) {
 	r := e.get(anon, "/queue")
 	wantIn(t, r, http.StatusOK, deadID, "r-deadjob", "role &lt;b&gt;nobody&lt;/b&gt; has no contract",
 		"gpu1</code> pid 4242", "3 / 4<br><small>2 finishing, 1 waiting</small>", "live", "gpu2</code> pid 77", "gone (silent)",
-		"qwen-coder-mlx", "1 / 2", "gpu1:4242:7:ab", "Log in</a> to retry")
+		"qwen-coder-mlx", "1 / 2", `<th class="num">waiting</th>`, `<td class="num">0</td>`, "gpu1:4242:7:ab", "Log in</a> to retry")
 	if strings.Contains(r.body, `data-retry="`) {
 		t.Error("retry buttons shown without a login")
 	}
