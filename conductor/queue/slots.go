@@ -81,6 +81,40 @@ type ModelSlots struct {
 	// gone holds when each dead holder (alias, holder) was first seen
 	// gone; its slot is freed deadGrace later.
 	gone map[[2]string]time.Time
+	// kick is closed (and dropped) when this process gives a slot or a
+	// place back: its own waiters ask again at once instead of at their
+	// next poll, so a freed slot whose first waiter is here is not left
+	// idle (waiters on other hosts still poll).
+	kick chan struct{}
+	// after is time.After (nil); tests make the polls never fire.
+	after func(time.Duration) <-chan time.Time
+}
+
+// kicked is the channel the next give-back closes.
+func (m *ModelSlots) kicked() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.kick == nil {
+		m.kick = make(chan struct{})
+	}
+	return m.kick
+}
+
+func (m *ModelSlots) pollAfter(d time.Duration) <-chan time.Time {
+	if m.after != nil {
+		return m.after(d)
+	}
+	return time.After(d)
+}
+
+// kickWaiters wakes this process's waiters.
+func (m *ModelSlots) kickWaiters() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.kick != nil {
+		close(m.kick)
+		m.kick = nil
+	}
 }
 
 // NewHolder names one acquisition: host:pid:n:random:boot, so that an
@@ -233,6 +267,7 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 	wait := 10 * time.Millisecond
 	var nextReclaim time.Time // every slot held: look for dead holders now and then
 	for {
+		kick := m.kicked() // before the try: a give-back during it wakes the wait
 		got, err := m.Store.TryAcquireSlot(ctx, alias, holder, max, ttl)
 		if ctx.Err() != nil {
 			m.releaseLater(alias, holder) // a take that raced the end
@@ -270,7 +305,8 @@ func (m *ModelSlots) Acquire(ctx context.Context, alias string, max int) (func()
 				m.releaseLater(alias, holder)
 			}
 			return nil, ctx.Err()
-		case <-time.After(d):
+		case <-kick:
+		case <-m.pollAfter(d):
 		}
 	}
 }
@@ -316,5 +352,7 @@ func (m *ModelSlots) releaseLater(alias, holder string) {
 	defer cancel()
 	if err := m.Store.ReleaseSlot(ctx, alias, holder); err != nil {
 		m.log().Warn("release model slot (its lease frees it)", "alias", alias, "err", err)
+		return
 	}
+	m.kickWaiters()
 }

@@ -310,6 +310,44 @@ func TestModelSlotsLongWaiterBeforeNewcomer(t *testing.T) {
 	}
 }
 
+// TestModelSlotsGiveBackWakesLocalWaiters: a slot given back by this
+// process goes to its waiter at once, not at the waiter's next poll (here
+// the polls never fire: only the give-back can wake it).
+func TestModelSlotsGiveBackWakesLocalWaiters(t *testing.T) {
+	ctx := context.Background()
+	store, err := DialRedisSlots(ctx, testenv.Redis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	alias := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	polls := make(chan time.Duration, 100)
+	m := &ModelSlots{Store: store, after: func(d time.Duration) <-chan time.Time {
+		select {
+		case polls <- d:
+		default:
+		}
+		return nil
+	}}
+	first, err := m.Acquire(ctx, alias, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		rel, err := m.Acquire(ctx, alias, 1)
+		if err == nil {
+			rel()
+		}
+		got <- err
+	}()
+	<-polls // the waiter found the slot held and waits for a poll that never comes
+	first()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // mapSlots is a semaphore whose leases never expire: only a release frees
 // a slot.
 type mapSlots struct {
