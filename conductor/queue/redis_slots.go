@@ -47,7 +47,13 @@ func dialRedis(ctx context.Context, url string) (*redis.Client, error) {
 		return nil, fmt.Errorf("redis: REDIS_URL %s: %w", bus.RedactURL(url), err)
 	}
 	opt.DialTimeout = 3 * time.Second
-	opt.MaxRetries = 1
+	// The client never sends a command again by itself: a take (BLMOVE)
+	// whose answer was lost has moved a job into this consumer's
+	// processing list, and sending it again delivered the next job and
+	// left that one there for good (TestRedisTakeWhoseReplyIsLost). The
+	// callers retry with what they know: a failed take marks the list for
+	// its orphans, a settle checks the lease, a slot take is idempotent.
+	opt.MaxRetries = -1
 	c := redis.NewClient(opt)
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
