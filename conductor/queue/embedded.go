@@ -35,6 +35,11 @@ type Embedded struct {
 	stop    chan struct{}
 	done    chan struct{}
 	lastErr time.Time // the store's last failure seen by Take
+	// held counts the jobs this process was given and has not finished;
+	// suspect is set when a take failed: it may have taken a job whose
+	// answer was lost, which the heartbeat would renew for ever.
+	held    map[int64]int
+	suspect bool
 }
 
 // Name describes the queue.
@@ -98,6 +103,9 @@ func (e *Embedded) Take(ctx context.Context, wait time.Duration) (*Delivery, err
 	}
 	deadline := time.Now().Add(wait)
 	for {
+		if err := e.returnOrphans(ctx); err != nil {
+			return nil, err
+		}
 		// After the store failed us, expired leases are not taken back for
 		// one lease: the holders could not renew while it was down.
 		lease := e.lease()
@@ -110,10 +118,17 @@ func (e *Embedded) Take(ctx context.Context, wait time.Duration) (*Delivery, err
 		if err != nil {
 			e.mu.Lock()
 			e.lastErr = time.Now()
+			e.suspect = true
 			e.mu.Unlock()
 			return nil, fmt.Errorf("queue %s: take: %w", e.Key, err)
 		}
 		if ok {
+			e.mu.Lock()
+			if e.held == nil {
+				e.held = map[int64]int{}
+			}
+			e.held[job.ID]++
+			e.mu.Unlock()
 			return &Delivery{Payload: job.Payload, ID: PayloadID(job.Payload), Attempt: job.Attempts + 1, jobID: job.ID}, nil
 		}
 		if time.Now().Add(poll).After(deadline) {
@@ -127,8 +142,60 @@ func (e *Embedded) Take(ctx context.Context, wait time.Duration) (*Delivery, err
 	}
 }
 
+// returnOrphans gives back, after a failed take, the jobs the store says
+// this consumer holds and no delivery of this process does: a take whose
+// answer was lost (a connection cut after the commit). Without it the
+// heartbeat would renew such a job's lease while the consumer lives, and it
+// would never run. A store without listings cannot be asked; the job then
+// waits for this consumer to end.
+func (e *Embedded) returnOrphans(ctx context.Context) error {
+	e.mu.Lock()
+	suspect := e.suspect
+	e.mu.Unlock()
+	if !suspect {
+		return nil
+	}
+	views, err := bus.ViewsOf(e.Store)
+	if err != nil {
+		e.mu.Lock()
+		e.suspect = false
+		e.mu.Unlock()
+		return nil
+	}
+	jobs, err := views.ListJobs(ctx)
+	if err != nil {
+		return fmt.Errorf("queue %s: check for jobs a failed take left: %w", e.Key, err)
+	}
+	for _, j := range jobs {
+		e.mu.Lock()
+		mine := j.Queue == e.Key && j.TakenBy == e.Consumer && j.DeadAt.IsZero() && e.held[j.ID] == 0
+		e.mu.Unlock()
+		if !mine {
+			continue
+		}
+		// Finished meanwhile (no longer this consumer's): nothing to give.
+		err := e.Store.FinishJob(ctx, j.ID, e.Consumer, bus.JobRelease, "")
+		if err != nil && !errors.Is(err, bus.ErrConflict) && !errors.Is(err, bus.ErrNotFound) {
+			return fmt.Errorf("queue %s: give back job %d a failed take left: %w", e.Key, j.ID, err)
+		}
+	}
+	e.mu.Lock()
+	e.suspect = false
+	e.mu.Unlock()
+	return nil
+}
+
 func (e *Embedded) finish(ctx context.Context, what string, d *Delivery, end bus.JobEnd, msg string) error {
 	err := e.Store.FinishJob(ctx, d.jobID, e.Consumer, end, msg)
+	if err == nil || errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrNotFound) {
+		e.mu.Lock()
+		if e.held[d.jobID] > 1 {
+			e.held[d.jobID]--
+		} else {
+			delete(e.held, d.jobID)
+		}
+		e.mu.Unlock()
+	}
 	if errors.Is(err, bus.ErrConflict) || errors.Is(err, bus.ErrNotFound) {
 		return fmt.Errorf("queue %s: %s job %d: %v: %w", e.Key, what, d.jobID, err, ErrLeaseLost)
 	}

@@ -55,3 +55,66 @@ func TestEmbeddedLeaseReclaim(t *testing.T) {
 		t.Fatalf("other still holds %d jobs (%v)", n, err)
 	}
 }
+
+// lostTakeStore commits a take and then reports it failed, once armed: the
+// store's answer was lost (a connection cut after the commit).
+type lostTakeStore struct {
+	bus.Store
+	bus.Views
+	lose bool
+}
+
+func (s *lostTakeStore) TakeJob(ctx context.Context, queue, consumer string, lease time.Duration) (bus.Job, bool, error) {
+	j, ok, err := s.Store.TakeJob(ctx, queue, consumer, lease)
+	if s.lose && ok && err == nil {
+		s.lose = false
+		return bus.Job{}, false, errors.New("connection reset by peer")
+	}
+	return j, ok, err
+}
+
+// TestEmbeddedTakeWhoseAnswerIsLost: a take committed in the store whose
+// answer never came leaves the job leased to this (live) consumer, whose
+// heartbeat would renew it for ever. The next take gives it back and
+// delivers it.
+func TestEmbeddedTakeWhoseAnswerIsLost(t *testing.T) {
+	ctx := context.Background()
+	st, err := bus.Open(ctx, bus.Options{DataRoot: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	views, err := bus.ViewsOf(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostTakeStore{Store: st, Views: views}
+	e := &Embedded{Store: lost, Key: "jobs", Consumer: "c1", Poll: 10 * time.Millisecond}
+	t.Cleanup(func() { e.Close() })
+	for _, p := range []string{"a", "b"} {
+		if err := e.Push(ctx, []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost.lose = true
+	if d, err := e.Take(ctx, 0); err == nil {
+		t.Fatalf("the lost take: %v, no error", d)
+	}
+	got := map[string]int{}
+	for i := 0; i < 3; i++ {
+		d, err := e.Take(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d == nil {
+			break
+		}
+		got[string(d.Payload)] = d.Attempt
+		if err := e.Ack(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(got) != 2 || got["a"] != 1 || got["b"] != 1 {
+		t.Fatalf("delivered %v (payload: attempt), want a and b at attempt 1", got)
+	}
+}
