@@ -350,7 +350,13 @@ func (m *ModelSlots) hold(ctx context.Context, alias, holder string, ttl time.Du
 func (m *ModelSlots) releaseLater(alias, holder string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := m.Store.ReleaseSlot(ctx, alias, holder); err != nil {
+	// A release is safe to send twice (the Redis client sends nothing
+	// again by itself): one more try on a new connection.
+	err := m.Store.ReleaseSlot(ctx, alias, holder)
+	if err != nil && ctx.Err() == nil {
+		err = m.Store.ReleaseSlot(ctx, alias, holder)
+	}
+	if err != nil {
 		m.log().Warn("release model slot (its lease frees it)", "alias", alias, "err", err)
 		return
 	}
