@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,10 +176,15 @@ func (r *Redis) Take(ctx context.Context, wait time.Duration) (*Delivery, error)
 	r.mu.Lock()
 	r.inFlight[raw]++
 	r.mu.Unlock()
+	// The delivery's own mark: a count whose answer was lost is not
+	// counted again when it is tried again.
+	var nonce [8]byte
+	crand.Read(nonce[:])
+	mark := r.key("counted", hex.EncodeToString(nonce[:]))
 	for {
 		// The job is in our processing list: failing to count its attempt
 		// must not lose it. Keep trying; the heartbeat keeps the lease.
-		n, err := r.c.HIncrBy(ctx, r.key("attempts"), d.ID, 1).Result()
+		n, err := countAttemptScript.Run(ctx, r.c, []string{r.key("attempts"), mark}, d.ID, max(2*r.o.HeartbeatTTL, time.Minute).Milliseconds()).Int()
 		if err == nil {
 			d.Attempt = int(n)
 			return d, nil
@@ -201,6 +208,13 @@ func (r *Redis) MaxAttempts() int { return r.o.MaxAttempts }
 func (r *Redis) afterOutage() {
 	r.lastReap = r.o.Now().Add(r.o.HeartbeatTTL)
 }
+
+// countAttemptScript counts one delivery of a job once, however often it
+// is sent. KEYS: attempts, the delivery's mark. ARGV: id, the mark's life
+// in ms (it only has to outlive the tries).
+var countAttemptScript = redis.NewScript(`if redis.call("SET", KEYS[2], "1", "NX", "PX", ARGV[2]) then
+	return redis.call("HINCRBY", KEYS[1], ARGV[1], 1) end
+	return tonumber(redis.call("HGET", KEYS[1], ARGV[1]) or "1")`)
 
 // The scripts below act on a job only while it is in this consumer's
 // processing list: the lease holder's identity is checked atomically, so a

@@ -20,6 +20,7 @@ import (
 type cutProxy struct {
 	path  string
 	armed atomic.Bool
+	pass  atomic.Int64 // replies let through once armed, before the cut
 	cuts  atomic.Int64
 }
 
@@ -53,7 +54,7 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 				buf := make([]byte, 64<<10)
 				for {
 					n, err := s.Read(buf)
-					if n > 0 && p.armed.CompareAndSwap(true, false) {
+					if n > 0 && p.armed.Load() && p.pass.Add(-1) < 0 && p.armed.CompareAndSwap(true, false) {
 						p.cuts.Add(1)
 						s.Close()
 						return
@@ -108,5 +109,35 @@ func TestRedisTakeWhoseReplyIsLost(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Fatalf("delivered %v: a job whose take's answer was lost stayed in the processing list", got)
+	}
+}
+
+// TestRedisAttemptCountedOnce: the count of a delivery's attempt whose
+// answer was lost is sent again, and counts the delivery once.
+func TestRedisAttemptCountedOnce(t *testing.T) {
+	srv := testenv.PrivateRedis(t)
+	ctx := context.Background()
+	p := startCutProxy(t, strings.TrimPrefix(srv.URL(), "unix://"))
+	q := dial(t, "unix://"+p.path, "c1", 0)
+	if d, err := q.Take(ctx, 0); err != nil || d != nil { // the reaper's first look
+		t.Fatalf("first take: %v %v", d, err)
+	}
+	if err := countAttemptScript.Load(ctx, q.c).Err(); err != nil { // one answer per run, below
+		t.Fatal(err)
+	}
+	if err := q.Push(ctx, []byte(`{"n":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	p.pass.Store(1) // the take's answer; then the count's is cut
+	p.armed.Store(true)
+	d, err := q.Take(ctx, 0)
+	if err != nil || d == nil {
+		t.Fatalf("take: %v %v", d, err)
+	}
+	if p.cuts.Load() != 1 {
+		t.Fatalf("%d answers cut, want 1", p.cuts.Load())
+	}
+	if d.Attempt != 1 {
+		t.Fatalf("first delivery counted as attempt %d", d.Attempt)
 	}
 }
