@@ -120,16 +120,25 @@ func TestModelSlotsWaitOutAnOutage(t *testing.T) {
 	}
 }
 
+// dialSlots connects a Redis semaphore for the test, closed at its end.
+func dialSlots(t *testing.T, url string) *RedisSlots {
+	t.Helper()
+	s, err := DialRedisSlots(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// testAlias names an alias no other test uses on the shared server.
+func testAlias() string { return fmt.Sprintf("alias-%d", time.Now().UnixNano()) }
+
 // TestRedisSlots: the Redis semaphore bounds holders, retries take nothing
 // twice, expired leases are taken back, and holders are listed.
 func TestRedisSlots(t *testing.T) {
 	ctx := context.Background()
-	s, err := DialRedisSlots(ctx, testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	name := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	s, name := dialSlots(t, testenv.Redis(t)), testAlias()
 	try := func(holder string, ttl time.Duration, want bool) {
 		t.Helper()
 		got, err := s.TryAcquireSlot(ctx, name, holder, 2, ttl)
@@ -187,16 +196,12 @@ func TestRedisSlotsServeWaitersInOrder(t *testing.T) {
 	ctx := context.Background()
 	url := testenv.Redis(t)
 	open := func() *RedisSlots {
-		s, err := DialRedisSlots(ctx, url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s := dialSlots(t, url)
 		s.waitLease = 400 * time.Millisecond
 		return s
 	}
 	s, other := open(), open()
-	name := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	name := testAlias()
 	try := func(s *RedisSlots, holder string, want bool) {
 		t.Helper()
 		got, err := s.TryAcquireSlot(ctx, name, holder, 1, time.Minute)
@@ -253,12 +258,7 @@ func TestRedisSlotsServeWaitersInOrder(t *testing.T) {
 // queue as it returns.
 func TestModelSlotsLongWaiterBeforeNewcomer(t *testing.T) {
 	ctx := context.Background()
-	store, err := DialRedisSlots(ctx, testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	alias := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	store, alias := dialSlots(t, testenv.Redis(t)), testAlias()
 	m := &ModelSlots{Store: store}
 	first, err := m.Acquire(ctx, alias, 1)
 	if err != nil {
@@ -315,12 +315,7 @@ func TestModelSlotsLongWaiterBeforeNewcomer(t *testing.T) {
 // the polls never fire: only the give-back can wake it).
 func TestModelSlotsGiveBackWakesLocalWaiters(t *testing.T) {
 	ctx := context.Background()
-	store, err := DialRedisSlots(ctx, testenv.Redis(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	alias := fmt.Sprintf("alias-%d", time.Now().UnixNano())
+	store, alias := dialSlots(t, testenv.Redis(t)), testAlias()
 	polls := make(chan time.Duration, 100)
 	m := &ModelSlots{Store: store, after: func(d time.Duration) <-chan time.Time {
 		select {

@@ -655,9 +655,6 @@ func unmountUnder(dir string) {
 }
 
 func (w *warmer) prepare(scratch string, writable []string, env [][2]string) (*warmLayer, error) {
-	if err := absRoot(w.root); err != nil {
-		return nil, err
-	}
 	// A cache folder in one the command can write (named inside a
 	// worktree, say) is a lower layer a worker could change while a gate
 	// reads it.
